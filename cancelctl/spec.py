@@ -1,0 +1,267 @@
+"""The experiment spec users write: pydantic v2 models, strict about unknown keys.
+
+An `ExperimentSpec` is one fully-resolved training run (minus nothing: the seed is in it). A
+`SweepSpec` is what a YAML file holds: a `base` spec, named `arms` (patches on base), optional
+`grid` / `zip` axes over dotted paths, `seeds` and the `baseline` arm. Defaults follow the papers
+(see ../shared/SPEC.md); expansion into runs lives in `plan.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+LossName = Literal["grpo", "dapo", "gspo", "grpo_symclip", "dfpo"]
+AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+TransformName = Literal["min_replace", "orth_proj", "pos_orth_qp", "trunc_rebalance"]
+BatchingName = Literal["default", "query_preserved", "reward_balanced", "sign_split"]
+
+# Losses whose value is built on the sequence ratio use verl's GSPO aggregation [D eq. 42-44].
+DEFAULT_AGG_MODE: dict[str, str] = {
+    "grpo": "token-mean",
+    "dapo": "token-mean",
+    "gspo": "seq-mean-token-mean",
+    "grpo_symclip": "token-mean",
+    "dfpo": "seq-mean-token-mean",
+}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LabSpec(Strict):
+    """The CPU lab: a tiny causal transformer on a synthetic verifiable task (ignored by verl)."""
+
+    d_model: int = Field(64, ge=8, le=1024)
+    n_layers: int = Field(2, ge=1, le=12)
+    n_heads: int = Field(4, ge=1, le=16)
+    max_operand: int = Field(20, ge=2, le=999, description="task: operands drawn from [0, max_operand]")
+    warmstart_steps: int = Field(300, ge=0, description="supervised steps on the noisy corpus")
+    warmstart_noise: float = Field(0.5, ge=0, le=1, description="fraction of wrong answers in the corpus")
+    checkpoint_every: int = Field(10, ge=1, description="steps between checkpoints (resume/requeue)")
+    fail_at_step: int | None = Field(None, ge=0, description="fault injection for executor tests: raise at step")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> LabSpec:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"lab.d_model ({self.d_model}) must be divisible by lab.n_heads ({self.n_heads})")
+        return self
+
+
+class ModelSpec(Strict):
+    path: str = Field("lab://tiny", description="HF path / local dir (verl) or lab://tiny")
+    dtype: Literal["fp32", "bf16"] = "bf16"
+    strategy: Literal["fsdp", "fsdp2", "megatron"] = "fsdp"
+    tensor_parallel: int = Field(1, ge=1)
+    pipeline_parallel: int = Field(1, ge=1)
+    rollout_tensor_parallel: int = Field(1, ge=1)
+    gradient_checkpointing: bool = True
+    template: str | None = Field(
+        None, description="verl base settings under templates/verl/<name>.yaml (default: the strategy's)"
+    )
+
+
+class DataSpec(Strict):
+    train_files: list[str] = Field(default_factory=list)
+    val_files: list[str] = Field(default_factory=list)
+    benchmarks: list[str] = Field(default_factory=list, description="names reported per benchmark")
+    max_prompt_length: int = Field(1024, ge=1)
+    max_response_length: int = Field(4096, ge=1)
+
+    @field_validator("train_files", "val_files", "benchmarks", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
+class DfpoSpec(Strict):
+    """DFPO options [D App. B]; read by the loss from `config.policy_loss`."""
+
+    transform: TransformName = "min_replace"
+    stop_grad: bool = True
+    scale: float | None = Field(None, gt=0, description="ablation: s~ = scale * s-bar, no transform")
+    eps1: float = Field(0.05, gt=0, description="trunc_rebalance floor [D eq. 52]")
+
+
+class TisSpec(Strict):
+    cap: float = Field(2.0, gt=0)
+
+
+class DeltaSpec(Strict):
+    delta: float = Field(..., ge=0, description="weight on tokens with pi_train(o|theta_old) < p_low [H eq. 17]")
+    p_low: float = Field(0.1, gt=0, lt=1)
+
+
+class NoiseSpec(Strict):
+    sigma: float = Field(0.2, ge=0, description="w ~ N(1, sigma^2) per token [H eq. 21]")
+
+
+class AlgorithmSpec(Strict):
+    loss: LossName = "grpo"
+    loss_agg_mode: AggMode | None = Field(None, description="default: per loss (gspo/dfpo seq-mean-token-mean)")
+    clip_low: float = Field(0.2, ge=0, lt=1)
+    clip_high: float = Field(0.2, ge=0)
+    clip_dual_c: float = Field(3.0, gt=1, description="dual clip for A<0 (verl clip_ratio_c)")
+    dfpo: DfpoSpec = DfpoSpec()
+    tis: TisSpec | None = None
+    inject_delta: DeltaSpec | None = None
+    inject_noise: NoiseSpec | None = None
+    probe: Literal["positive_only", "negative_only"] | None = None
+    monitor_delta: float = Field(2.0, description="delta used by the hacking/J monitor [H eq. 23]")
+    optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    ppo_epochs: int = Field(1, ge=1)
+    mini_batch_size: int | None = Field(None, ge=1, description="prompts per optimizer step; null = whole batch")
+    micro_batch_size_per_gpu: int = Field(2, ge=1)
+    kl_coef: float = Field(0.0, ge=0)
+    entropy_coef: float = Field(0.0, ge=0)
+
+    @property
+    def agg_mode(self) -> str:
+        return self.loss_agg_mode or DEFAULT_AGG_MODE[self.loss]
+
+
+class RolloutSpec(Strict):
+    G: int = Field(8, ge=2, description="rollouts per prompt (group size)")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int | None = Field(None, ge=1, description="default: data.max_response_length")
+    engine: Literal["vllm", "sglang"] = "vllm"
+    precision: Literal["fp32", "bf16"] = Field("bf16", description="lab inference precision (bf16 = mismatch)")
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+
+
+class BatchingSpec(Strict):
+    strategy: BatchingName = "default"
+    min_frac: float = Field(0.25, gt=0, le=0.5, description="reward_balanced: n+ and n- >= min_frac |B|")
+
+
+class BudgetSpec(Strict):
+    steps: int = Field(100, ge=1, description="training (generation) steps")
+    prompts_per_step: int = Field(16, ge=1)
+
+
+class EvalSpec(Strict):
+    every: int = Field(10, ge=1, description="evaluate every K steps (and at the end)")
+    k: int = Field(4, ge=1, description="avg@k samples per prompt")
+    prompts: int = Field(128, ge=1, description="lab: held-out prompts per evaluation")
+
+
+class ClusterSpec(Strict):
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(0, ge=0)
+    cpus_per_task: int = Field(1, ge=1)
+    mem_gb: float | None = Field(None, gt=0)
+    time_min: int = Field(60, ge=1)
+    array_parallelism: int = Field(64, ge=1)
+    container_image: str | None = None
+    container_runtime: Literal["pyxis", "apptainer"] = "pyxis"
+    setup: list[str] = Field(default_factory=list, description="shell lines run before the job (modules, venv)")
+    additional: dict[str, str | int] = Field(default_factory=dict, description="extra sbatch parameters")
+
+
+class TrackingSpec(Strict):
+    uri: str | None = Field(None, description="MLflow URI; default sqlite:///<workdir>/mlflow.db")
+    experiment: str | None = Field(None, description="MLflow experiment; default the sweep name")
+
+
+class ExperimentSpec(Strict):
+    backend: Literal["lab", "verl"] = "lab"
+    executor: Literal["local", "slurm", "debug"] = "local"
+    seed: int = 0
+    model: ModelSpec = ModelSpec()
+    data: DataSpec = DataSpec()
+    algorithm: AlgorithmSpec = AlgorithmSpec()
+    rollout: RolloutSpec = RolloutSpec()
+    batching: BatchingSpec = BatchingSpec()
+    budget: BudgetSpec = BudgetSpec()
+    eval: EvalSpec = EvalSpec()
+    cluster: ClusterSpec = ClusterSpec()
+    tracking: TrackingSpec = TrackingSpec()
+    lab: LabSpec = LabSpec()
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.rollout.max_new_tokens or self.data.max_response_length
+
+    @property
+    def mini_batch_prompts(self) -> int:
+        return self.algorithm.mini_batch_size or self.budget.prompts_per_step
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ExperimentSpec:
+        if self.budget.prompts_per_step % self.mini_batch_prompts:
+            raise ValueError(
+                f"algorithm.mini_batch_size ({self.mini_batch_prompts}) must divide "
+                f"budget.prompts_per_step ({self.budget.prompts_per_step})"
+            )
+        if self.backend == "verl":
+            if not self.data.train_files:
+                raise ValueError("backend verl needs data.train_files (parquet files of prompts)")
+            if self.model.path.startswith("lab://"):
+                raise ValueError("backend verl needs model.path to be a HF model id or directory, not lab://")
+            if self.batching.strategy in ("sign_split",):
+                raise ValueError("batching.strategy sign_split is a lab-only negative control")
+        if self.backend == "lab" and not self.model.path.startswith("lab://"):
+            raise ValueError("backend lab runs the built-in policy: model.path must be lab://tiny")
+        return self
+
+
+class SweepSpec(Strict):
+    """The YAML file. Arms are patches (nested mappings) applied on `base`."""
+
+    name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    base: dict[str, Any] = Field(default_factory=dict, description="an ExperimentSpec (partial)")
+    arms: dict[str, dict[str, Any]] = Field(
+        default_factory=lambda: {"default": {}}, description="arm name -> patch on base"
+    )
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted path -> values (cartesian)")
+    zip: dict[str, list[Any]] = Field(default_factory=dict, description="dotted paths -> paired value lists")
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    baseline: str | None = None
+
+    @field_validator("arms")
+    @classmethod
+    def _arm_names(cls, arms: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        import re
+
+        if not arms:
+            raise ValueError("at least one arm is needed")
+        for name, patch in arms.items():
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(name)):
+                raise ValueError(f"arm name {name!r}: use letters, digits, '-', '_', '.'")
+        return arms
+
+    @field_validator("grid", "zip")
+    @classmethod
+    def _non_empty_axes(cls, axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for path, values in axes.items():
+            if not values:
+                raise ValueError(f"axis {path!r} has no values")
+        return axes
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepSpec:
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError("seeds contain duplicates")
+        lengths = {len(v) for v in self.zip.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"zip lists must have equal lengths, got {sorted(lengths)}")
+        both = set(self.grid) & set(self.zip)
+        if both:
+            raise ValueError(f"paths both in grid and zip: {sorted(both)}")
+        if self.baseline is not None and self.baseline not in self.arms:
+            raise ValueError(f"baseline {self.baseline!r} is not an arm (arms: {', '.join(self.arms)})")
+        return self
+
+
+def experiment_json_schema() -> dict[str, Any]:
+    return ExperimentSpec.model_json_schema()
