@@ -54,18 +54,16 @@ _Loader.add_implicit_resolver(
 
 def load_yaml(text: str, file: str) -> tuple[Any, dict[Path_, Location]]:
     """Parse `text`; return (data, positions) where positions maps a key path to its location."""
+    positions: dict[Path_, Location] = {}
     try:
         node = yaml.compose(text, Loader=_Loader)
+        data = None if node is None else _construct(node, (), file, positions)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         loc = Location(file, mark.line + 1, mark.column + 1) if mark else Location(file, 1, 1)
         raise YamlSyntaxError(loc, f"YAML syntax error: {exc.problem or exc}") from None
     except yaml.YAMLError as exc:  # pragma: no cover - non-marked yaml errors are rare
         raise YamlSyntaxError(Location(file, 1, 1), f"YAML error: {exc}") from None
-    positions: dict[Path_, Location] = {}
-    if node is None:
-        return None, positions
-    data = _construct(node, (), file, positions)
     return data, positions
 
 
@@ -86,8 +84,8 @@ def _construct(node: yaml.Node, path: Path_, file: str, positions: dict) -> Any:
         loader.flatten_mapping(node)
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node)
-            if isinstance(key, list):
-                raise YamlSyntaxError(_loc(key_node, file), "a mapping key cannot be a list")
+            if isinstance(key, (list, dict, set)):
+                raise YamlSyntaxError(_loc(key_node, file), "a mapping key must be a plain scalar")
             if key in out:
                 raise YamlSyntaxError(_loc(key_node, file), f"duplicate key {key!r}")
             positions[path + (key,)] = _loc(key_node, file)

@@ -1,0 +1,16 @@
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "experiments"
+
+
+@pytest.fixture
+def write_yaml(tmp_path):
+    def write(text: str, name: str = "sweep.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    return write

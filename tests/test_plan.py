@@ -1,0 +1,98 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cancelctl.errors import SpecError, UnmatchedArmsError
+from cancelctl.plan import load_sweep
+from conftest import EXPERIMENTS
+
+MINIMAL = """\
+name: t
+base:
+  budget: {steps: 5, prompts_per_step: 4}
+arms:
+  grpo:
+    algorithm: {loss: grpo}
+  gspo:
+    algorithm: {loss: gspo, clip_low: 3.0e-4, clip_high: 4.0e-4}
+grid:
+  rollout.G: [2, 4]
+seeds: [0, 1, 2]
+baseline: gspo
+"""
+
+
+def test_group_size_expands_to_G_x_arms_x_seeds():
+    sweep = load_sweep(EXPERIMENTS / "group-size.yaml")
+    assert len(sweep.runs) == 4 * 2 * 3
+    assert {r.spec.rollout.G for r in sweep.runs} == {2, 4, 8, 16}
+    assert len({r.run_id for r in sweep.runs}) == len(sweep.runs)
+    assert set(sweep.groups()) == {f"rollout.G={g}" for g in (2, 4, 8, 16)}
+    for runs in sweep.groups().values():
+        assert sorted({r.arm for r in runs}) == ["dfpo-min-replace", "gspo"]
+
+
+def test_run_ids_are_stable_across_processes():
+    code = (
+        "import json; from cancelctl.plan import load_sweep; "
+        f"print(json.dumps([r.run_id for r in load_sweep({str(EXPERIMENTS / 'group-size.yaml')!r}).runs]))"
+    )
+    ids = [json.loads(subprocess.check_output([sys.executable, "-c", code], text=True)) for _ in range(2)]
+    assert ids[0] == ids[1]
+    assert ids[0] == [r.run_id for r in load_sweep(EXPERIMENTS / "group-size.yaml").runs]
+
+
+def test_run_id_ignores_execution_fields_but_not_science(write_yaml):
+    a = load_sweep(write_yaml(MINIMAL))
+    b = load_sweep(write_yaml(MINIMAL.replace("base:\n", "base:\n  executor: slurm\n  cluster: {partition: x}\n"), "b.yaml"))
+    c = load_sweep(write_yaml(MINIMAL.replace("steps: 5", "steps: 6"), "c.yaml"))
+    assert [r.run_id for r in a.runs] == [r.run_id for r in b.runs]
+    assert not {r.run_id for r in a.runs} & {r.run_id for r in c.runs}
+
+
+def test_names_and_groups_are_readable(write_yaml):
+    sweep = load_sweep(write_yaml(MINIMAL))
+    names = [r.name for r in sweep.runs]
+    assert "grpo-G=2-s0" in names and "gspo-G=4-s2" in names
+    assert sweep.runs[0].axes == {"rollout.G": 2}
+
+
+def test_zip_pairs_values(write_yaml):
+    text = MINIMAL.replace("grid:\n  rollout.G: [2, 4]", "zip:\n  algorithm.clip_high: [0.2, 0.28]\n  algorithm.clip_low: [0.1, 0.2]")
+    sweep = load_sweep(write_yaml(text))
+    pairs = {(r.spec.algorithm.clip_high, r.spec.algorithm.clip_low) for r in sweep.runs}
+    assert pairs == {(0.2, 0.1), (0.28, 0.2)}
+
+
+def test_unmatched_arms_are_refused_with_arms_and_fields(write_yaml):
+    text = MINIMAL.replace("algorithm: {loss: grpo}", "algorithm: {loss: grpo}\n    budget: {steps: 10}")
+    with pytest.raises(UnmatchedArmsError) as exc:
+        load_sweep(write_yaml(text))
+    msg = exc.value.render()
+    assert "grpo vs gspo" in msg or "gspo vs grpo" in msg
+    assert "update_steps 10 vs 5" in msg or "update_steps 5 vs 10" in msg
+    assert "rollout.G=2" in msg
+    sweep = load_sweep(write_yaml(text), allow_unmatched=True)
+    assert sweep.warnings and len(sweep.runs) == 12
+
+
+def test_arm_changing_G_is_unmatched(write_yaml):
+    text = MINIMAL.replace("grid:\n  rollout.G: [2, 4]\n", "").replace("algorithm: {loss: grpo}", "algorithm: {loss: grpo}\n    rollout: {G: 16}")
+    with pytest.raises(UnmatchedArmsError, match="G 16 vs 8|G 8 vs 16"):
+        load_sweep(write_yaml(text))
+
+
+def test_identical_arms_are_refused(write_yaml):
+    text = MINIMAL.replace("algorithm: {loss: gspo, clip_low: 3.0e-4, clip_high: 4.0e-4}", "algorithm: {loss: grpo}")
+    with pytest.raises(SpecError, match="same run"):
+        load_sweep(write_yaml(text))
+
+
+def test_baseline_must_be_an_arm(write_yaml):
+    with pytest.raises(SpecError) as exc:
+        load_sweep(write_yaml(MINIMAL.replace("baseline: gspo", "baseline: gpso")))
+    issue = exc.value.issues[0]
+    assert issue.location.line == 1 or "baseline" in str(issue)
+    assert "gpso" in str(issue)
