@@ -1,0 +1,86 @@
+"""The CLI verbs through Typer's CliRunner: exit codes, one-screen errors, README examples."""
+
+import json
+
+import jsonschema
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from cancelctl.cli import app
+from conftest import EXPERIMENTS
+
+runner = CliRunner()
+ALL_SPECS = sorted(EXPERIMENTS.glob("*.yaml"))
+
+
+def test_validate_all_experiments_skip_verl():
+    result = runner.invoke(app, ["validate", "--skip-verl", *map(str, ALL_SPECS)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("ok ") == len(ALL_SPECS)
+
+
+def test_validate_bad_spec_exits_2_with_position(write_yaml):
+    path = write_yaml("name: t\nbase:\n  algorithm:\n    loss: grpoo\n")
+    result = runner.invoke(app, ["validate", "--skip-verl", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}:4:5" in result.output and "base.algorithm.loss" in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.splitlines()) < 25
+
+
+def test_validate_mixed_files_exit_2_but_reports_each(write_yaml):
+    bad = write_yaml("name: t\nbase: {rollout: {G: 1}}\n")
+    result = runner.invoke(app, ["validate", "--skip-verl", str(EXPERIMENTS / "lab-demo.yaml"), str(bad)])
+    assert result.exit_code == 2
+    assert "lab-demo.yaml" in result.output and "base.rollout.G" in result.output
+
+
+def test_plan_table_and_json():
+    result = runner.invoke(app, ["plan", str(EXPERIMENTS / "group-size.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "group-size: 24 runs" in result.output and "dfpo-min-replace-G=16-s2" in result.output
+    result = runner.invoke(app, ["plan", "--json", str(EXPERIMENTS / "group-size.yaml")])
+    plan = json.loads(result.output)
+    assert len(plan["runs"]) == 24 and plan["baseline"] == "gspo"
+    assert {r["axes"]["rollout.G"] for r in plan["runs"]} == {2, 4, 8, 16}
+    assert all(len(r["run_id"]) == 12 for r in plan["runs"])
+
+
+def test_plan_refuses_unmatched(write_yaml):
+    path = write_yaml("name: t\narms:\n  a: {}\n  b: {budget: {steps: 7}}\n")
+    result = runner.invoke(app, ["plan", str(path)])
+    assert result.exit_code == 2
+    assert "not compute-matched" in result.output and "a vs b" in result.output
+    assert runner.invoke(app, ["plan", "--allow-unmatched", str(path)]).exit_code == 0
+
+
+def test_schema_validates_every_example(tmp_path):
+    out = tmp_path / "schema.json"
+    assert runner.invoke(app, ["schema", "--output", str(out)]).exit_code == 0
+    schema = json.loads(out.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    for path in ALL_SPECS:
+        validator.validate(yaml.safe_load(path.read_text()))
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate({"name": "x", "base": {"algorithm": {"los": "grpo"}}})
+
+
+def test_committed_schema_is_current():
+    from cancelctl.schema import sweep_json_schema
+
+    committed = json.loads((EXPERIMENTS.parent / "schema" / "sweep.schema.json").read_text())
+    assert committed == sweep_json_schema(), "run: cancelctl schema -o schema/sweep.schema.json"
+
+
+def test_render_lab_run_prints_resolved_spec():
+    plan = json.loads(runner.invoke(app, ["plan", "--json", str(EXPERIMENTS / "lab-demo.yaml")]).output)
+    run_id = plan["runs"][0]["run_id"]
+    result = runner.invoke(app, ["render", str(EXPERIMENTS / "lab-demo.yaml"), "--run", run_id])
+    assert result.exit_code == 0
+    assert json.loads(result.output)["run_id"] == run_id
+
+
+def test_render_unknown_run_exits_2():
+    result = runner.invoke(app, ["render", str(EXPERIMENTS / "lab-demo.yaml"), "--run", "nope"])
+    assert result.exit_code == 2 and "no such run" in result.output
