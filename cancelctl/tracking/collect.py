@@ -1,0 +1,311 @@
+"""Bulk read of a sweep from MLflow into two tidy frames, with the run folders' JSONL as fallback.
+
+Two ways to read the store:
+- fast path (sqlite stores): three SQL queries on MLflow's tables through the stdlib sqlite3
+  module, read-only, without importing mlflow. It relies on MLflow's schema (experiments, runs,
+  tags, metrics tables); if anything there does not fit, it falls back to the general path.
+- general path (any store): MlflowClient.search_runs + one get_metric_history per (run, key).
+`benchmarks/bench_tracking.py` measures both.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from cancelctl.tracking.runfiles import (
+    METRICS_JSONL,
+    RunRecord,
+    SyncState,
+    find_run_dirs,
+    read_metrics_jsonl,
+)
+from cancelctl.tracking.runs import RUN_ID_TAG, client_for
+from cancelctl.tracking.upload import MAX_DOUBLE
+from cancelctl.tracking.uri import fast_fail_http, normalize_tracking_uri, sqlite_path
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger("cancelctl.tracking")
+
+AXES_TAG = "cancelctl.axes"
+TAG_COLUMNS = {  # tag set by the planner -> column of the runs frame
+    "cancelctl.sweep": "sweep",
+    "cancelctl.arm": "arm",
+    "cancelctl.group": "group",
+    "cancelctl.seed": "seed",
+    "cancelctl.G": "G",
+    "cancelctl.spec_hash": "spec_hash",
+}
+INT_COLUMNS = ("seed", "G")
+RUN_COLUMNS = ["run_id", "mlflow_run_id", "name", "sweep", "arm", "group", "seed", "G", "state", "spec_hash"]
+METRIC_COLUMNS = ["run_id", "step", "key", "value"]
+_RAW_METRIC_COLUMNS = ["mlflow_run_id", "step", "key", "value", "timestamp"]
+API_HTTP_WORKERS = 8  # get_metric_history calls in flight against an HTTP server
+
+Method = Literal["auto", "sql", "api"]
+
+
+class _FastPathUnavailable(Exception):
+    pass
+
+
+@dataclass
+class _StoreRun:
+    mlflow_run_id: str
+    name: str
+    state: str
+    start_time: int
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def collect(
+    uri: str, experiment: str, workdir: Path | None = None, *, method: Method = "auto"
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """All runs of `experiment` (a sweep) and their metric points.
+
+    runs: one row per cancelctl run — run_id (cancelctl id), mlflow_run_id (None if never in the
+    store), name, sweep, arm, group, seed and G (int64; nullable Int64 if a run lacks the tag),
+    state (MLflow status, or the run folder's final status / "UNKNOWN" for runs only on disk),
+    spec_hash, and one `axis.<path>` column per key of the cancelctl.axes tag. MLflow runs without
+    a cancelctl.run_id tag are ignored.
+    metrics: run_id (str), step (int64), key (str), value (float64; NaN kept, ±inf restored),
+    one row per (run_id, step, key) — the latest point wins (resumed runs re-log steps).
+
+    With `workdir`, points of run folders of this sweep that the store lacks (metrics.jsonl beyond
+    the store's watermark, or runs never created there) are merged in. `method`: "sql" forces the
+    sqlite fast path, "api" the MLflow client, "auto" the fast path where possible.
+    """
+    uri = normalize_tracking_uri(uri)
+    store_runs, raw_metrics = _read_store(uri, experiment, method)
+    runs = _runs_frame(store_runs)
+    metrics = _metrics_frame(raw_metrics, dict(zip(runs["mlflow_run_id"], runs["run_id"], strict=True)))
+    if workdir is not None:
+        runs, metrics = _merge_run_folders(runs, metrics, Path(workdir), uri, experiment)
+    return runs, metrics
+
+
+# -- reading the store ------------------------------------------------------------------------
+
+
+def _read_store(uri: str, experiment: str, method: Method) -> tuple[list[_StoreRun], pd.DataFrame]:
+    db_path = sqlite_path(uri)
+    if method == "sql" and db_path is None:
+        raise ValueError(f"method='sql' needs a sqlite store, not {uri}")
+    if method != "api" and db_path is not None:
+        try:
+            return _read_sqlite(db_path, experiment)
+        except _FastPathUnavailable as exc:
+            if method == "sql":
+                raise RuntimeError(f"sqlite fast path unavailable: {exc}") from exc
+            log.info("sqlite fast path unavailable (%s); using the MLflow API", exc)
+    return _read_mlflow_api(uri, experiment)
+
+
+def _read_sqlite(db_path: Path, experiment: str) -> tuple[list[_StoreRun], pd.DataFrame]:
+    """Runs, cancelctl tags and all metric rows of the experiment in three queries."""
+    if not db_path.exists():
+        return [], _empty_raw_metrics()
+    try:
+        con = sqlite3.connect(db_path.as_uri() + "?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise _FastPathUnavailable(str(exc)) from exc
+    try:
+        return _query_sqlite(con, experiment)
+    except sqlite3.Error as exc:
+        raise _FastPathUnavailable(f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        con.close()
+
+
+def _query_sqlite(con: sqlite3.Connection, experiment: str) -> tuple[list[_StoreRun], pd.DataFrame]:
+    import pandas as pd
+
+    ids = con.execute(
+        "SELECT experiment_id FROM experiments WHERE name = ? AND lifecycle_stage = 'active'", (experiment,)
+    ).fetchall()
+    if not ids:
+        return [], _empty_raw_metrics()
+    if len(ids) > 1:  # same name in several MLflow workspaces: let MLflow decide which one
+        raise _FastPathUnavailable(f"{len(ids)} active experiments named {experiment!r}")
+    active_runs = "FROM runs r WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active'"
+    runs = {
+        uuid: _StoreRun(uuid, name or "", status, start or 0)
+        for uuid, name, status, start in con.execute(
+            f"SELECT r.run_uuid, r.name, r.status, r.start_time {active_runs}", ids[0]
+        )
+    }
+    for uuid, key, value in con.execute(
+        "SELECT t.run_uuid, t.key, t.value FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
+        "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' AND t.key LIKE 'cancelctl.%'",
+        ids[0],
+    ):
+        runs[uuid].tags[key] = value
+    rows = con.execute(
+        "SELECT m.run_uuid, m.step, m.key, CASE WHEN m.is_nan THEN NULL ELSE m.value END, m.timestamp "
+        "FROM metrics m JOIN runs r ON r.run_uuid = m.run_uuid "
+        "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active'",
+        ids[0],
+    ).fetchall()  # NULL -> NaN in the float column
+    return list(runs.values()), pd.DataFrame(rows, columns=_RAW_METRIC_COLUMNS)
+
+
+def _read_mlflow_api(uri: str, experiment: str) -> tuple[list[_StoreRun], pd.DataFrame]:
+    import pandas as pd
+
+    client = client_for(uri)
+    with fast_fail_http():
+        found = client.get_experiment_by_name(experiment)
+        if found is None or found.lifecycle_stage != "active":
+            return [], _empty_raw_metrics()
+        mlflow_runs = _search_all_runs(client, found.experiment_id)
+        store_runs = [
+            _StoreRun(run.info.run_id, run.info.run_name or "", run.info.status, run.info.start_time or 0,
+                      {k: v for k, v in run.data.tags.items() if k.startswith("cancelctl.")})
+            for run in mlflow_runs
+        ]
+        requests = [(run.info.run_id, key) for run in mlflow_runs if RUN_ID_TAG in run.data.tags for key in run.data.metrics]
+        histories = _metric_histories(client, requests, workers=API_HTTP_WORKERS if uri.startswith("http") else 1)
+    columns: dict[str, list] = {name: [] for name in _RAW_METRIC_COLUMNS}
+    for (mlflow_run_id, _), history in zip(requests, histories, strict=True):
+        for point in history:
+            columns["mlflow_run_id"].append(mlflow_run_id)
+            columns["step"].append(point.step)
+            columns["key"].append(point.key)
+            columns["value"].append(point.value)
+            columns["timestamp"].append(point.timestamp)
+    return store_runs, pd.DataFrame(columns)
+
+
+def _search_all_runs(client, experiment_id: str) -> list:
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _metric_histories(client, requests: list[tuple[str, str]], workers: int) -> Iterable[list]:
+    def history(request: tuple[str, str]) -> list:
+        return client.get_metric_history(*request)
+
+    if workers <= 1:
+        return [history(request) for request in requests]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(history, requests))
+
+
+# -- building the frames ------------------------------------------------------------------------
+
+
+def _runs_frame(store_runs: list[_StoreRun]) -> pd.DataFrame:
+    """One row per cancelctl run id (the oldest MLflow run if a run id appears twice)."""
+    rows, seen = [], set()
+    for run in sorted(store_runs, key=lambda run: run.start_time):
+        run_id = run.tags.get(RUN_ID_TAG)
+        if run_id is None or run_id in seen:
+            continue
+        seen.add(run_id)
+        rows.append(_run_row(run_id, run.mlflow_run_id, run.name, run.state, run.tags))
+    return _typed_runs_frame(rows)
+
+
+def _run_row(run_id: str, mlflow_run_id: str | None, name: str, state: str, tags: dict[str, str]) -> dict:
+    row = {"run_id": run_id, "mlflow_run_id": mlflow_run_id, "name": name, "state": state}
+    row.update({column: tags.get(tag) for tag, column in TAG_COLUMNS.items()})
+    try:
+        axes = json.loads(tags.get(AXES_TAG) or "{}")
+    except ValueError:
+        log.warning("run %s: tag %s is not JSON: %r", run_id, AXES_TAG, tags.get(AXES_TAG))
+        axes = {}
+    row.update({f"axis.{path}": value for path, value in axes.items()})
+    return row
+
+
+def _typed_runs_frame(rows: list[dict]) -> pd.DataFrame:
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    axis_columns = sorted(column for column in frame.columns if column.startswith("axis."))
+    frame = frame.reindex(columns=RUN_COLUMNS + axis_columns)
+    for column in INT_COLUMNS:
+        numbers = pd.to_numeric(frame[column], errors="coerce").astype("Int64")
+        frame[column] = numbers.astype("int64") if len(numbers) and numbers.notna().all() else numbers
+    return frame.reset_index(drop=True)
+
+
+def _metrics_frame(raw: pd.DataFrame, run_ids: dict[str, str]) -> pd.DataFrame:
+    """Raw store rows -> tidy frame keyed by cancelctl run id, ±max double back to ±inf, deduped."""
+    import numpy as np
+
+    raw = raw[raw["mlflow_run_id"].isin(run_ids.keys())]
+    value = raw["value"].to_numpy(dtype="float64")
+    value = np.where(value == MAX_DOUBLE, np.inf, np.where(value == -MAX_DOUBLE, -np.inf, value))
+    frame = raw.assign(run_id=raw["mlflow_run_id"].map(run_ids), value=value)
+    return _latest_per_point(frame)
+
+
+def _latest_per_point(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run_id, step, key), the latest timestamp winning (later rows win ties)."""
+    frame = frame.astype({"step": "int64", "timestamp": "int64", "value": "float64"})
+    frame = frame.sort_values("timestamp", kind="stable")
+    frame = frame.drop_duplicates(["run_id", "step", "key"], keep="last")
+    frame = frame.sort_values(["run_id", "key", "step"], kind="stable")
+    return frame[METRIC_COLUMNS].reset_index(drop=True)
+
+
+def _empty_raw_metrics() -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame({"mlflow_run_id": [], "step": [], "key": [], "value": [], "timestamp": []}).astype(
+        {"mlflow_run_id": "str", "step": "int64", "key": "str", "value": "float64", "timestamp": "int64"}
+    )
+
+
+# -- JSONL fallback -----------------------------------------------------------------------------
+
+
+def _merge_run_folders(
+    runs: pd.DataFrame, metrics: pd.DataFrame, workdir: Path, uri: str, experiment: str
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Add what run folders of this sweep hold beyond the store's watermark."""
+    import pandas as pd
+
+    in_store = set(runs["run_id"])
+    new_rows, points = [], []
+    for run_dir in find_run_dirs(workdir):
+        try:
+            record = RunRecord.load(run_dir)
+        except (OSError, ValueError) as exc:
+            log.warning("skipping %s: %s", run_dir, exc)
+            continue
+        if record.experiment != experiment:
+            continue
+        state = SyncState.load(run_dir)
+        progress = state.stores.get(uri)
+        watermark = progress.bytes if progress is not None and record.run_id in in_store else 0
+        tail = read_metrics_jsonl(run_dir / METRICS_JSONL, watermark)
+        points.extend((record.run_id, step, key, value, ts) for step, key, value, ts in tail)
+        if record.run_id not in in_store:
+            status = state.final_status or (record.status or "UNKNOWN").upper()
+            mlflow_run_id = progress.mlflow_run_id if progress is not None else None
+            new_rows.append(_run_row(record.run_id, mlflow_run_id, record.name, status, record.tags))
+        elif tail and state.final_status:  # the store missed the end of the run, status included
+            runs.loc[runs["run_id"] == record.run_id, "state"] = state.final_status
+    if new_rows:
+        runs = _typed_runs_frame(runs.to_dict("records") + new_rows)
+    if points:
+        local = pd.DataFrame(points, columns=["run_id", "step", "key", "value", "timestamp"])
+        store = metrics.assign(timestamp=0)  # local points are the newer record of the same steps
+        metrics = _latest_per_point(pd.concat([store, local], ignore_index=True))
+    return runs, metrics

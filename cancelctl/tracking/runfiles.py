@@ -1,0 +1,221 @@
+"""The files of a run folder: run.json, metrics.jsonl, sync_state.json (schemas: package docstring)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - non-POSIX
+    fcntl = None
+
+RUN_JSON = "run.json"
+METRICS_JSONL = "metrics.jsonl"
+SYNC_STATE = "sync_state.json"
+LOCK_FILE = ".tracking.lock"
+TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
+
+log = logging.getLogger("cancelctl.tracking")
+
+
+# ---------------------------------------------------------------------------------------------
+# atomic writes and the per-run lock
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Write JSON so readers see the old or the new file, never half of one (tmp + fsync + replace)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def run_dir_lock(run_dir: Path) -> Iterator[None]:
+    """Serialize uploads of one run folder between a live RunLogger and `cancelctl sync`."""
+    if fcntl is None:  # pragma: no cover
+        yield
+        return
+    with open(Path(run_dir) / LOCK_FILE, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ---------------------------------------------------------------------------------------------
+# run.json
+
+
+@dataclass
+class RunRecord:
+    """run.json: what is needed to (re)create the MLflow run of a cancelctl run."""
+
+    run_id: str
+    name: str
+    experiment: str
+    tags: dict[str, str] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    mlflow_run_id: str | None = None
+    tracking_uri: str | None = None
+    status: str | None = None
+
+    @classmethod
+    def load(cls, run_dir: Path) -> RunRecord:
+        data = json.loads((Path(run_dir) / RUN_JSON).read_text(encoding="utf-8"))
+        missing = [key for key in ("run_id", "name", "experiment") if not data.get(key)]
+        if missing:
+            raise ValueError(f"{Path(run_dir) / RUN_JSON}: missing {', '.join(missing)}")
+        known = {name: data.get(name) for name in cls.__dataclass_fields__ if name in data}
+        known["tags"] = {str(k): str(v) for k, v in (data.get("tags") or {}).items()}
+        known["params"] = dict(data.get("params") or {})
+        return cls(**known)
+
+
+def write_run_json(
+    run_dir: Path,
+    *,
+    run_id: str,
+    name: str,
+    experiment: str,
+    tags: Mapping[str, str],
+    params: Mapping[str, Any],
+    mlflow_run_id: str | None = None,
+    tracking_uri: str | None = None,
+    status: str | None = None,
+    **extra: Any,
+) -> Path:
+    """Write run.json atomically (extra keys, e.g. the executor's own fields, are kept as they are)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record = RunRecord(run_id, name, experiment, dict(tags), dict(params), mlflow_run_id, tracking_uri, status)
+    atomic_write_json(run_dir / RUN_JSON, {**extra, **asdict(record)})
+    return run_dir / RUN_JSON
+
+
+def find_run_dirs(workdir: Path) -> list[Path]:
+    """Every folder under `workdir` holding a run.json (any layout the executor picks)."""
+    return sorted(path.parent for path in Path(workdir).rglob(RUN_JSON))
+
+
+# ---------------------------------------------------------------------------------------------
+# sync_state.json
+
+
+@dataclass
+class StoreProgress:
+    """How much of metrics.jsonl one tracking store holds, and the run's id and status there."""
+
+    mlflow_run_id: str | None = None
+    bytes: int = 0  # the watermark: metrics.jsonl[:bytes] is in this store
+    points: int = 0
+    status: str | None = None
+
+
+@dataclass
+class SyncState:
+    final_status: str | None = None
+    stores: dict[str, StoreProgress] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, run_dir: Path) -> SyncState:
+        path = Path(run_dir) / SYNC_STATE
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError) as exc:  # unreadable state = nothing known uploaded (re-upload is a no-op)
+            log.warning("ignoring unreadable %s (%s)", path, exc)
+            return cls()
+        known = StoreProgress.__dataclass_fields__
+        stores = {
+            uri: StoreProgress(**{k: v for k, v in entry.items() if k in known})
+            for uri, entry in (data.get("stores") or {}).items()
+        }
+        return cls(final_status=data.get("final_status"), stores=stores)
+
+    def save(self, run_dir: Path) -> None:
+        data = {
+            "version": 1,
+            "final_status": self.final_status,
+            "stores": {uri: asdict(progress) for uri, progress in self.stores.items()},
+        }
+        atomic_write_json(Path(run_dir) / SYNC_STATE, data)
+
+    def progress(self, uri: str) -> StoreProgress:
+        return self.stores.setdefault(uri, StoreProgress())
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics.jsonl
+
+
+@dataclass
+class MetricsLine:
+    step: int
+    ts: int  # epoch ms
+    metrics: dict[str, float]
+    end: int  # byte offset just past this line
+
+
+def encode_metrics_line(step: int, ts_ms: int, metrics: Mapping[str, float]) -> bytes:
+    values = {key: _json_safe(value) for key, value in metrics.items()}
+    text = json.dumps({"step": step, "ts": ts_ms, "metrics": values}, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8") + b"\n"
+
+
+def _json_safe(value: float) -> float | str:
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def iter_metrics_lines(path: Path, start: int = 0) -> Iterator[MetricsLine]:
+    """Complete lines from byte `start` on. A torn last line (killed mid-write) is not yielded;
+    unparseable complete lines are skipped with a warning."""
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        handle.seek(start)
+        offset = start
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                return
+            offset += len(raw)
+            try:
+                data = json.loads(raw)
+                metrics = {str(k): float(v) for k, v in data["metrics"].items()}
+                yield MetricsLine(int(data["step"]), int(data["ts"]), metrics, offset)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                if raw.strip():
+                    log.warning("%s: skipping unreadable line ending at byte %d", path, offset)
+
+
+def read_metrics_jsonl(path: Path, start: int = 0) -> list[tuple[int, str, float, int]]:
+    """(step, key, value, ts) for every point of a metrics.jsonl from byte `start` on."""
+    return [
+        (line.step, key, value, line.ts)
+        for line in iter_metrics_lines(Path(path), start)
+        for key, value in line.metrics.items()
+    ]

@@ -1,0 +1,177 @@
+"""MLflow experiments and runs: one run per cancelctl run_id, provenance tags, flattened params.
+
+mlflow is imported inside functions: it costs ~3.5 s and `import cancelctl.tracking` must stay cheap.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import platform
+import subprocess
+from collections.abc import Mapping
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+from cancelctl.tracking.uri import fast_fail_http, normalize_tracking_uri, sqlite_path
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+log = logging.getLogger("cancelctl.tracking")
+
+RUN_ID_TAG = "cancelctl.run_id"
+RUN_NAME_TAG = "mlflow.runName"
+GIT_SHA_TAG = "cancelctl.git_sha"
+MLFLOW_GIT_COMMIT_TAG = "mlflow.source.git.commit"
+VERSION_TAG_PREFIX = "cancelctl.version."
+VERSIONED_PACKAGES = ("cancelctl", "torch", "mlflow")
+
+MAX_PARAM_VALUE_CHARS = 6000  # MLflow's limit
+MAX_TAG_VALUE_CHARS = 8000
+MAX_PARAMS_PER_BATCH = 100
+
+
+@functools.lru_cache(maxsize=8)
+def client_for(uri: str) -> MlflowClient:
+    """One MlflowClient per store per process (MLflow caches the SQL engine behind it too)."""
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def create_run(
+    uri: str,
+    experiment: str,
+    *,
+    run_id: str,
+    name: str,
+    tags: Mapping[str, str],
+    params: Mapping[str, Any],
+) -> str:
+    """The MLflow run id of cancelctl run `run_id` in `experiment`, creating it (status SCHEDULED) if
+    no run of the experiment carries tag cancelctl.run_id == run_id. Never creates duplicates
+    (within one process at a time: the planner creates runs sequentially)."""
+    mlflow_run_id, _ = get_or_create_run(uri, experiment, run_id=run_id, name=name, tags=tags, params=params)
+    return mlflow_run_id
+
+
+def get_or_create_run(
+    uri: str,
+    experiment: str,
+    *,
+    run_id: str,
+    name: str,
+    tags: Mapping[str, str],
+    params: Mapping[str, Any],
+) -> tuple[str, bool]:
+    """(mlflow run id, whether it was created now)."""
+    uri = normalize_tracking_uri(uri)
+    client = client_for(uri)
+    flat_params = flatten_params(params)
+    with fast_fail_http():
+        experiment_id = get_or_create_experiment(client, uri, experiment)
+        existing = find_run(client, experiment_id, run_id)
+        if existing is not None:
+            # A crash between creating the run and logging its params leaves it without them.
+            if flat_params and not existing.data.params:
+                log_params(client, existing.info.run_id, flat_params)
+            return existing.info.run_id, False
+        all_tags = {**provenance_tags(), **{k: str(v) for k, v in tags.items()}, RUN_ID_TAG: run_id, RUN_NAME_TAG: name}
+        all_tags = {key: value[:MAX_TAG_VALUE_CHARS] for key, value in all_tags.items()}
+        run = client.create_run(experiment_id, tags=all_tags, run_name=name)
+        log_params(client, run.info.run_id, flat_params)
+        client.update_run(run.info.run_id, status="SCHEDULED")  # planned, not started
+        return run.info.run_id, True
+
+
+def get_or_create_experiment(client: MlflowClient, uri: str, name: str) -> str:
+    from mlflow.exceptions import MlflowException
+
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        try:
+            return client.create_experiment(name, artifact_location=_artifact_location(uri))
+        except MlflowException as exc:  # created concurrently by another process
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            experiment = client.get_experiment_by_name(name)
+    if experiment.lifecycle_stage == "deleted":
+        log.warning("restoring deleted MLflow experiment %r to log into it", name)
+        client.restore_experiment(experiment.experiment_id)
+    return experiment.experiment_id
+
+
+def _artifact_location(uri: str) -> str | None:
+    """Next to the sqlite file instead of MLflow's default './mlruns' under whatever the cwd is."""
+    path = sqlite_path(uri)
+    return (path.parent / "mlartifacts").as_uri() if path is not None else None
+
+
+def find_run(client: MlflowClient, experiment_id: str, run_id: str):
+    """The active MLflow run tagged cancelctl.run_id == run_id (the oldest if several), or None."""
+    if "'" in run_id or "\\" in run_id:
+        raise ValueError(f"run_id {run_id!r} must not contain quotes or backslashes")
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'",
+        max_results=10,
+        order_by=["attributes.start_time ASC"],
+    )
+    return runs[0] if runs else None
+
+
+def log_params(client: MlflowClient, mlflow_run_id: str, flat_params: Mapping[str, str]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(key, value) for key, value in flat_params.items()]
+    for start in range(0, len(items), MAX_PARAMS_PER_BATCH):
+        client.log_batch(mlflow_run_id, params=items[start : start + MAX_PARAMS_PER_BATCH], synchronous=True)
+
+
+def flatten_params(spec: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """{'algo': {'G': 8}} -> {'algo.G': '8'}. Lists and empty dicts become JSON; values are cut to
+    MLflow's 6000-char limit. Already-dotted keys pass through unchanged."""
+    flat: dict[str, str] = {}
+    for key, value in spec.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten_params(value, prefix=f"{dotted}."))
+        else:
+            flat[dotted] = _param_text(value)[:MAX_PARAM_VALUE_CHARS]
+    return flat
+
+
+def _param_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple, Mapping)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
+
+
+@functools.lru_cache(maxsize=1)
+def provenance_tags() -> dict[str, str]:
+    """Git SHA of the cwd's repo ("unknown" outside one) and versions of cancelctl, torch, mlflow,
+    python. Versions come from package metadata, so nothing heavy gets imported."""
+    sha = _git_sha()
+    tags = {GIT_SHA_TAG: sha, MLFLOW_GIT_COMMIT_TAG: sha}
+    for package in VERSIONED_PACKAGES:
+        try:
+            tags[VERSION_TAG_PREFIX + package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            tags[VERSION_TAG_PREFIX + package] = "not installed"
+    tags[VERSION_TAG_PREFIX + "python"] = platform.python_version()
+    return tags
+
+
+def _git_sha() -> str:
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    sha = result.stdout.strip()
+    return sha if result.returncode == 0 and sha else "unknown"

@@ -1,0 +1,115 @@
+"""Tracking URIs: defaults, validation, a cheap reachability probe and fail-fast HTTP settings."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+DEFAULT_DB_NAME = "mlflow.db"
+PROBE_TIMEOUT_S = 2.0
+
+# MLflow's HTTP client retries 7 times with exponential backoff and a 120 s timeout by default:
+# minutes of stall per call against a dead server. Inside cancelctl's calls we want seconds.
+FAST_FAIL_HTTP_ENV = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": 1,
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": 0,
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": 0,
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": 10,
+}
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking store cannot be reached right now (the run goes on; `cancelctl sync` later)."""
+
+
+def default_tracking_uri(workdir: str | Path) -> str:
+    """`sqlite:///<absolute workdir>/mlflow.db`."""
+    return "sqlite:///" + str(Path(workdir).resolve() / DEFAULT_DB_NAME)
+
+
+def resolve_tracking_uri(uri: str | None, workdir: str | Path) -> str:
+    """Explicit URI, else $MLFLOW_TRACKING_URI, else the sqlite store in the work dir; normalized."""
+    chosen = uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(workdir)
+    return normalize_tracking_uri(chosen)
+
+
+def normalize_tracking_uri(uri: str) -> str:
+    """Validate a tracking URI and give it one spelling (sqlite paths absolute, no trailing '/').
+
+    Raises ValueError for bare paths and file: URIs (MLflow 3 deprecates the file store).
+    """
+    uri = str(uri).strip()
+    scheme, sep, _ = uri.partition("://")
+    if not sep or scheme.lower() == "file" or uri.lower().startswith("file:"):
+        raise ValueError(
+            f"tracking URI {uri!r} points at MLflow's file store, which MLflow 3 deprecates; use a "
+            f"sqlite store (e.g. sqlite:///{Path(uri.removeprefix('file:')).resolve()}/mlflow.db) "
+            "or a tracking server (http://host:port)"
+        )
+    scheme = scheme.lower()
+    if scheme == "sqlite":
+        path = sqlite_path(uri)
+        return "sqlite:///" + str(path) if path is not None else uri
+    if scheme in ("http", "https"):
+        return uri.rstrip("/")
+    return uri
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """Absolute database path of a `sqlite:///…` URI; None for other schemes and in-memory DBs."""
+    if not uri.lower().startswith("sqlite://"):
+        return None
+    rest = uri[len("sqlite://") :].split("?", 1)[0]
+    if not rest.startswith("/") or rest in ("/", "/:memory:"):
+        return None
+    return Path(rest[1:]).resolve()  # 'sqlite:///a.db' is relative, 'sqlite:////a.db' absolute
+
+
+def probe_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """None when the store looks reachable, else why not. Costs at most `timeout_s`.
+
+    HTTP(S): a TCP connect to host:port (a dead server refuses at once). sqlite: the database's
+    folder must exist. Other schemes are assumed reachable (the first real call will tell).
+    """
+    parts = urlsplit(uri)
+    if parts.scheme in ("http", "https"):
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with socket.create_connection((parts.hostname or "localhost", port), timeout=timeout_s):
+                return None
+        except OSError as exc:
+            return f"cannot connect to {parts.hostname}:{port} ({exc})"
+    path = sqlite_path(uri)
+    if path is not None and not path.parent.is_dir():
+        return f"folder of sqlite store {path} does not exist"
+    return None
+
+
+@contextlib.contextmanager
+def fast_fail_http() -> Iterator[None]:
+    """Temporarily cap MLflow's HTTP retries/backoff/timeout (keeps a user's stricter values).
+
+    Not thread-safe (it edits os.environ); cancelctl calls MLflow from one thread per process.
+    """
+    saved = {name: os.environ.get(name) for name in FAST_FAIL_HTTP_ENV}
+    try:
+        for name, cap in FAST_FAIL_HTTP_ENV.items():
+            os.environ[name] = str(min(cap, _int_or(saved[name], cap)))
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _int_or(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
