@@ -54,8 +54,9 @@ NaN / inf
 Failure policy
     A RunLogger whose store is unreachable (connection refused, timeout, sqlite locked, …) logs ONE
     warning, keeps writing metrics.jsonl, stops using MLflow for ``retry_interval_s`` and retries at
-    close (HTTP stores are probed with a 2 s TCP connect first; MLflow's own HTTP retries are cut to
-    1 retry, no backoff, 10 s timeout inside cancelctl's calls). ``sync`` uploads the rest later.
+    close. HTTP stores are probed first (GET /health, 2 s timeout: a dead or hung server costs ≤ 2 s
+    per attempt) and MLflow's own HTTP retries are cut to 1 retry, no backoff, 5 s timeout inside
+    cancelctl's calls. ``sync`` uploads the rest later.
 """
 
 from cancelctl.tracking.collect import collect

@@ -70,7 +70,7 @@ def collect(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """All runs of `experiment` (a sweep) and their metric points.
 
-    runs: one row per cancelctl run — run_id (cancelctl id), mlflow_run_id (None if never in the
+    runs: one row per cancelctl run — run_id (cancelctl id), mlflow_run_id (NA if never in the
     store), name, sweep, arm, group, seed and G (int64; nullable Int64 if a run lacks the tag),
     state (MLflow status, or the run folder's final status / "UNKNOWN" for runs only on disk),
     spec_hash, and one `axis.<path>` column per key of the cancelctl.axes tag. MLflow runs without

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -18,7 +17,7 @@ FAST_FAIL_HTTP_ENV = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": 1,
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": 0,
     "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": 0,
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": 10,
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": 5,
 }
 
 
@@ -70,23 +69,36 @@ def sqlite_path(uri: str) -> Path | None:
 
 
 def probe_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when the store looks reachable, else why not. Costs at most `timeout_s`.
+    """None when the store looks reachable, else why not. Costs at most ~`timeout_s`.
 
-    HTTP(S): a TCP connect to host:port (a dead server refuses at once). sqlite: the database's
-    folder must exist. Other schemes are assumed reachable (the first real call will tell).
+    HTTP(S): GET <uri>/health; any HTTP answer (even 404 behind a proxy) or a TLS complaint counts
+    as alive, a refused connection (dead server) or no answer in time (hung server) does not.
+    sqlite: the database's folder must exist. Other schemes: assumed reachable.
     """
-    parts = urlsplit(uri)
-    if parts.scheme in ("http", "https"):
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        try:
-            with socket.create_connection((parts.hostname or "localhost", port), timeout=timeout_s):
-                return None
-        except OSError as exc:
-            return f"cannot connect to {parts.hostname}:{port} ({exc})"
+    if urlsplit(uri).scheme in ("http", "https"):
+        return _probe_http(uri.rstrip("/") + "/health", timeout_s)
     path = sqlite_path(uri)
     if path is not None and not path.parent.is_dir():
         return f"folder of sqlite store {path} does not exist"
     return None
+
+
+def _probe_http(url: str, timeout_s: float) -> str | None:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ssl.SSLError):
+            return None  # alive; MLflow's own client settings decide about certificates
+        return f"cannot reach {url} ({exc.reason})"
+    except (OSError, ValueError) as exc:  # timeouts, resets, malformed URLs
+        return f"cannot reach {url} ({type(exc).__name__}: {exc})"
 
 
 @contextlib.contextmanager

@@ -1,0 +1,307 @@
+"""Tracking against a real MLflow sqlite store (no mocks); a dead and a hung HTTP server for the
+offline paths. One migrated template DB is copied per test: creating the schema costs ~3 s."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cancelctl.tracking import (
+    METRICS_JSONL,
+    SYNC_STATE,
+    RunLogger,
+    collect,
+    create_run,
+    default_tracking_uri,
+    flatten_params,
+    normalize_tracking_uri,
+    read_metrics_jsonl,
+    sync,
+    write_run_json,
+)
+
+SWEEP = "lab-demo"
+
+
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory) -> Path:
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()  # runs the migrations
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path, template_db) -> Path:
+    shutil.copy(template_db, tmp_path / "mlflow.db")
+    return tmp_path
+
+
+@pytest.fixture
+def uri(workdir) -> str:
+    return default_tracking_uri(workdir)
+
+
+@pytest.fixture
+def client(uri):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+@pytest.fixture
+def dead_uri() -> str:
+    """An HTTP URI on a free port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def run_tags(arm: str, seed: int, G: int) -> dict[str, str]:
+    return {
+        "cancelctl.sweep": SWEEP,
+        "cancelctl.arm": arm,
+        "cancelctl.seed": str(seed),
+        "cancelctl.group": f"algo.G={G}",
+        "cancelctl.G": str(G),
+        "cancelctl.spec_hash": f"hash-{arm}-{G}-{seed}",
+        "cancelctl.axes": json.dumps({"algo.G": G, "algo.lr": 1e-3}),
+    }
+
+
+def make_run_dir(workdir: Path, run_id: str, arm: str = "grpo", seed: int = 0, G: int = 8, **extra) -> Path:
+    run_dir = workdir / SWEEP / run_id
+    write_run_json(
+        run_dir,
+        run_id=run_id,
+        name=f"{arm}-G{G}-s{seed}",
+        experiment=SWEEP,
+        tags=run_tags(arm, seed, G),
+        params={"algo": {"name": arm, "G": G}, "seed": seed},
+        **extra,
+    )
+    return run_dir
+
+
+def plan(uri: str, workdir: Path, run_id: str, **kwargs) -> tuple[Path, str]:
+    """What the planner does: run.json plus the MLflow run."""
+    run_dir = make_run_dir(workdir, run_id, **kwargs)
+    data = json.loads((run_dir / "run.json").read_text())
+    mlflow_run_id = create_run(
+        uri, SWEEP, run_id=run_id, name=data["name"], tags=data["tags"], params=data["params"]
+    )
+    return run_dir, mlflow_run_id
+
+
+def log_steps(logger: RunLogger, steps: range, keys=("reward", "entropy", "mismatch/rho_std")) -> int:
+    for step in steps:
+        logger.log(step, {key: step * (index + 1) * 0.5 for index, key in enumerate(keys)})
+    return len(steps) * len(keys)
+
+
+def history_points(client, mlflow_run_id: str) -> int:
+    run = client.get_run(mlflow_run_id)
+    return sum(len(client.get_metric_history(mlflow_run_id, key)) for key in run.data.metrics)
+
+
+# -- create_run ---------------------------------------------------------------------------------
+
+
+def test_create_run_is_idempotent_and_tagged(uri, workdir, client):
+    first = create_run(uri, SWEEP, run_id="abc123", name="grpo-s0", tags=run_tags("grpo", 0, 8),
+                       params={"algo": {"G": 8, "clip": [0.2, 0.28]}, "note": "x" * 7000})
+    again = create_run(uri, SWEEP, run_id="abc123", name="grpo-s0", tags={}, params={})
+    assert again == first
+    experiment = client.get_experiment_by_name(SWEEP)
+    assert len(client.search_runs([experiment.experiment_id])) == 1
+    run = client.get_run(first)
+    assert run.info.status == "SCHEDULED"
+    tags = run.data.tags
+    assert tags["cancelctl.run_id"] == "abc123" and tags["mlflow.runName"] == "grpo-s0"
+    assert tags["cancelctl.arm"] == "grpo" and tags["cancelctl.seed"] == "0"
+    assert tags["cancelctl.git_sha"] and tags["cancelctl.version.mlflow"] == "3.17.2"
+    assert {"cancelctl.version.torch", "cancelctl.version.cancelctl", "cancelctl.version.python"} <= set(tags)
+    assert run.data.params["algo.G"] == "8"
+    assert run.data.params["algo.clip"] == "[0.2, 0.28]"
+    assert len(run.data.params["note"]) == 6000
+    assert experiment.artifact_location == (workdir / "mlartifacts").as_uri()
+
+
+def test_flatten_params_many_keys_in_batches(uri, client):
+    spec = {"block": {f"k{i}": i for i in range(250)}, "empty": {}, "none": None}
+    flat = flatten_params(spec)
+    assert flat["block.k7"] == "7" and flat["empty"] == "{}" and flat["none"] == "None"
+    mlflow_run_id = create_run(uri, SWEEP, run_id="many", name="many", tags={}, params=spec)
+    assert len(client.get_run(mlflow_run_id).data.params) == 252
+
+
+def test_uri_rules(tmp_path):
+    assert default_tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    assert normalize_tracking_uri("sqlite:///rel/x.db") == f"sqlite:///{Path('rel/x.db').resolve()}"
+    assert normalize_tracking_uri("http://host:5000/") == "http://host:5000"
+    for file_store in (str(tmp_path / "mlruns"), f"file://{tmp_path}/mlruns"):
+        with pytest.raises(ValueError, match="file store"):
+            normalize_tracking_uri(file_store)
+
+
+# -- RunLogger ----------------------------------------------------------------------------------
+
+
+def test_logger_points_land_in_mlflow_and_jsonl(uri, workdir, client):
+    run_dir, mlflow_run_id = plan(uri, workdir, "live1")
+    with RunLogger(run_dir, uri, mlflow_run_id, flush_every=50) as logger:
+        assert client.get_run(mlflow_run_id).info.status == "RUNNING"
+        expected = log_steps(logger, range(100))
+        logger.log(100, {"odd/nan": math.nan, "odd/inf": math.inf, "odd/neg_inf": -math.inf})
+    assert history_points(client, mlflow_run_id) == expected + 3
+    assert len(client.get_metric_history(mlflow_run_id, "entropy")) == 100
+    assert math.isnan(client.get_metric_history(mlflow_run_id, "odd/nan")[0].value)
+    assert client.get_run(mlflow_run_id).info.status == "FINISHED"
+
+    jsonl = run_dir / METRICS_JSONL
+    lines = jsonl.read_text().splitlines()
+    strict = [json.loads(line, parse_constant=pytest.fail) for line in lines]  # no bare NaN tokens
+    assert strict[-1]["metrics"] == {"odd/nan": "NaN", "odd/inf": "Infinity", "odd/neg_inf": "-Infinity"}
+    assert len(read_metrics_jsonl(jsonl)) == expected + 3
+    state = json.loads((run_dir / SYNC_STATE).read_text())
+    progress = state["stores"][uri]
+    assert progress["bytes"] == jsonl.stat().st_size and progress["points"] == expected + 3
+    assert state["final_status"] == progress["status"] == "FINISHED"
+    assert sync(workdir, uri).uploaded == 0
+
+
+def test_logger_refuses_bad_metric_keys(uri, workdir):
+    run_dir, mlflow_run_id = plan(uri, workdir, "badkey")
+    logger = RunLogger(run_dir, uri, mlflow_run_id, mark_running=False)
+    for bad in ("a//b", "/abs", "x?", "../up", "trailing/"):
+        with pytest.raises(ValueError, match="metric key"):
+            logger.log(0, {bad: 1.0})
+    logger.close()
+
+
+def test_dead_server_run_completes_and_sync_uploads_everything(uri, workdir, client, dead_uri, caplog):
+    run_dir = make_run_dir(workdir, "offline1", tracking_uri=dead_uri)  # MLflow run never created
+    caplog.set_level(logging.WARNING, logger="cancelctl.tracking")
+    started = time.perf_counter()
+    with RunLogger(run_dir, dead_uri, None, flush_every=20, flush_interval_s=0.0) as logger:
+        expected = log_steps(logger, range(300))
+    elapsed = time.perf_counter() - started
+    print(f"\nlogger against a dead server: {elapsed:.3f} s for {expected} points")
+    assert elapsed < 30
+    assert len([r for r in caplog.records if "unusable" in r.getMessage()]) == 1
+    assert len(read_metrics_jsonl(run_dir / METRICS_JSONL)) == expected
+
+    offline = sync(workdir)  # run.json's tracking_uri: still dead -> reported, nothing lost
+    assert offline.runs["offline1"].error and offline.uploaded == 0
+
+    first = sync(workdir, uri)
+    outcome = first.runs["offline1"]
+    assert outcome.error is None and outcome.created and outcome.uploaded == expected
+    assert history_points(client, outcome.mlflow_run_id) == expected
+    run = client.get_run(outcome.mlflow_run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["cancelctl.arm"] == "grpo"
+    assert run.data.params["algo.G"] == "8"
+    assert sync(workdir, uri).uploaded == 0
+
+
+def test_hung_server_costs_seconds_not_minutes(workdir):
+    """A server that accepts connections but never answers (probe times out)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        hung_uri = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        run_dir = make_run_dir(workdir, "hung1", tracking_uri=hung_uri)
+        started = time.perf_counter()
+        with RunLogger(run_dir, hung_uri, None, flush_every=10) as logger:
+            expected = log_steps(logger, range(50))
+        elapsed = time.perf_counter() - started
+    print(f"\nlogger against a hung server: {elapsed:.2f} s")
+    assert elapsed < 15
+    assert len(read_metrics_jsonl(run_dir / METRICS_JSONL)) == expected
+
+
+def test_requeued_run_uploads_backlog_and_collect_keeps_latest(uri, workdir, client):
+    run_dir, mlflow_run_id = plan(uri, workdir, "requeued")
+    crashed = RunLogger(run_dir, uri, mlflow_run_id, flush_every=45)
+    log_steps(crashed, range(40))  # 120 points: 90 uploaded, 30 only in the JSONL
+    crashed._jsonl.write(b'{"step": 40, "ts": 1, "metr')  # killed mid-write
+    crashed._jsonl.flush()
+    assert history_points(client, mlflow_run_id) == 90
+
+    with RunLogger(run_dir, uri, None, flush_every=1000) as resumed:  # finds the run by tag
+        assert resumed.mlflow_run_id == mlflow_run_id
+        resumed.log(39, {"reward": 100.0})  # the resumed run re-logs step 39
+        log_steps(resumed, range(40, 50))
+    assert history_points(client, mlflow_run_id) == 120 + 1 + 30
+    runs, metrics = collect(uri, SWEEP)
+    reward = metrics[(metrics.run_id == "requeued") & (metrics.key == "reward")]
+    assert len(reward) == 50 and reward.set_index("step").value[39] == 100.0
+
+
+# -- collect ------------------------------------------------------------------------------------
+
+
+def populate_sweep(uri: str, workdir: Path) -> dict[str, int]:
+    """2 arms x G in {4, 8} x 1 seed, plus seed 1 for grpo G=8; returns points per run id."""
+    points = {}
+    for arm, G, seed in [("grpo", 4, 0), ("grpo", 8, 0), ("gspo", 4, 0), ("gspo", 8, 0), ("grpo", 8, 1)]:
+        run_id = f"{arm}-{G}-{seed}"
+        run_dir, mlflow_run_id = plan(uri, workdir, run_id, arm=arm, seed=seed, G=G)
+        with RunLogger(run_dir, uri, mlflow_run_id) as logger:
+            points[run_id] = log_steps(logger, range(10 * G))
+    return points
+
+
+def test_collect_frames(uri, workdir):
+    points = populate_sweep(uri, workdir)
+    create_run(uri, "other-sweep", run_id="elsewhere", name="x", tags={}, params={})
+    runs, metrics = collect(uri, SWEEP)
+    assert len(runs) == 5 and set(runs.run_id) == set(points)
+    assert list(runs.columns[:10]) == ["run_id", "mlflow_run_id", "name", "sweep", "arm", "group", "seed", "G",
+                                      "state", "spec_hash"]
+    assert {"axis.algo.G", "axis.algo.lr"} <= set(runs.columns)
+    assert str(runs.seed.dtype) == "int64" and str(runs.G.dtype) == "int64"
+    assert (runs.state == "FINISHED").all()
+    row = runs.set_index("run_id").loc["gspo-4-0"]
+    assert (row.arm, row.G, row.seed, row["axis.algo.G"], row["axis.algo.lr"]) == ("gspo", 4, 0, 4, 1e-3)
+    assert list(metrics.columns) == ["run_id", "step", "key", "value"]
+    assert [str(t) for t in metrics.dtypes] == ["str", "int64", "str", "float64"]
+    assert metrics.groupby("run_id").size().to_dict() == points
+    assert not metrics.duplicated(["run_id", "step", "key"]).any()
+
+    runs_api, metrics_api = collect(uri, SWEEP, method="api")
+    assert runs_api.equals(runs) and metrics_api.equals(metrics)
+
+
+def test_collect_merges_jsonl_of_runs_never_uploaded(uri, workdir, dead_uri):
+    points = populate_sweep(uri, workdir)
+    offline_dir = make_run_dir(workdir, "offline2", arm="gspo", seed=1, G=8, tracking_uri=dead_uri)
+    with RunLogger(offline_dir, dead_uri, None) as logger:
+        points["offline2"] = log_steps(logger, range(25))
+        logger.log(25, {"reward": math.inf})
+    points["offline2"] += 1
+
+    runs, metrics = collect(uri, SWEEP)  # store only
+    assert "offline2" not in set(runs.run_id)
+    runs, metrics = collect(uri, SWEEP, workdir)
+    assert len(runs) == 6 and metrics.groupby("run_id").size().to_dict() == points
+    offline = runs.set_index("run_id").loc["offline2"]
+    assert offline.state == "FINISHED" and pd.isna(offline.mlflow_run_id) and offline.seed == 1
+    assert str(runs.seed.dtype) == "int64"
+    last_reward = metrics[(metrics.run_id == "offline2") & (metrics.step == 25)].value.item()
+    assert last_reward == math.inf
+
+    sync(workdir, uri)  # after sync the store alone has everything, inf included
+    runs_synced, metrics_synced = collect(uri, SWEEP)
+    assert metrics_synced.groupby("run_id").size().to_dict() == points
+    assert metrics_synced[(metrics_synced.run_id == "offline2") & (metrics_synced.step == 25)].value.item() == math.inf
