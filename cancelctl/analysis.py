@@ -26,6 +26,8 @@ COMPUTE_KEYS = {
     "updates": "compute/update_steps_cum",
     "hours": "compute/hours_cum",
 }
+# below this many shared seeds a paired test has nothing to resample (see paired_bootstrap_test)
+MIN_PAIRED_SEEDS = 3
 COMPUTE_LABELS = {"tokens": "generated tokens", "updates": "optimizer update steps", "hours": "GPU-hours"}
 
 
@@ -115,8 +117,6 @@ def bootstrap_ci(
     lo, hi = np.quantile(resampled_means, [alpha, 1.0 - alpha])
     return Interval(mean, float(lo), float(hi), int(arr.size))
 
-
-MIN_PAIRED_SEEDS = 3
 
 
 def paired_bootstrap_test(
@@ -298,11 +298,13 @@ def band_on_grid(
 
 
 def split_by_key(metrics: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """The tidy metrics frame split once per key, each part sorted by (run_id, step), NaNs dropped.
+    """The tidy metrics frame split once per key, each part sorted by (run_id, step).
 
-    Splitting once is what keeps a 100-run × 20-key × 500-step report fast.
+    Non-finite values (NaN, ±inf: a diverged step) are dropped here, so every statistic downstream
+    sees finite numbers. Splitting once is what keeps a 100-run × 20-key × 500-step report fast.
     """
-    clean = metrics.loc[metrics["value"].notna(), ["run_id", "step", "key", "value"]]
+    finite = np.isfinite(metrics["value"].to_numpy(dtype=float))
+    clean = metrics.loc[finite, ["run_id", "step", "key", "value"]]
     clean = clean.sort_values(["key", "run_id", "step"], kind="stable")
     return {str(key): part.drop(columns="key").reset_index(drop=True) for key, part in clean.groupby("key", sort=False)}
 
