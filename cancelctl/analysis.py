@@ -360,7 +360,9 @@ def compute_totals(runs: pd.DataFrame, metrics: pd.DataFrame | dict[str, pd.Data
     else:
         tokens = pd.Series(dtype=float)
     out["gen_tokens_total"] = tokens.reindex(out.index).astype(float)
-    updates = last_values(by_key["compute/update_steps_cum"]) if "compute/update_steps_cum" in by_key else pd.Series(dtype=float)
+    updates = pd.Series(dtype=float)
+    if "compute/update_steps_cum" in by_key:
+        updates = last_values(by_key["compute/update_steps_cum"])
     out["update_steps"] = updates.reindex(out.index).astype(float)
     return out.reset_index()
 

@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 import numpy as np
 import pandas as pd
@@ -22,6 +22,9 @@ from cancelctl import analysis
 from cancelctl.analysis import COMPUTE_KEYS, COMPUTE_LABELS, ComputeViolation
 from cancelctl.errors import SpecError, SpecIssue
 from cancelctl.errors import UnmatchedArmsError as _PlanUnmatchedArmsError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 ComputeAxis = Literal["tokens", "updates", "hours"]
 
@@ -35,6 +38,7 @@ G_AXIS = "axis.rollout.G"
 DEFAULT_KAPPA_FRACTION = 0.9
 MATCHED_STATES = ("FINISHED",)
 NOT_MATCHED = "NOT compute-matched"
+CANNOT = "cannot build the report"
 
 
 class UnmatchedArmsError(_PlanUnmatchedArmsError):
@@ -85,7 +89,10 @@ class Report:
         return not self.violations
 
     def table(self, name: str) -> ReportTable:
-        return next(t for t in self.tables if t.name == name)
+        for table in self.tables:
+            if table.name == name:
+                return table
+        raise KeyError(f"no table {name!r}; tables: {', '.join(t.name for t in self.tables)}")
 
 
 # ---------------------------------------------------------------- formatting
@@ -177,9 +184,9 @@ def _prepare(
 ) -> tuple[_Sweep, list[str]]:
     missing = [c for c in ("run_id", "arm", "group", "seed", "G") if c not in runs.columns]
     if missing:
-        raise SpecError(f"runs frame lacks columns: {', '.join(missing)}", title="cannot build the report")
+        raise SpecError(f"runs frame lacks columns: {', '.join(missing)}", title=CANNOT)
     if runs.empty:
-        raise SpecError("no runs in this sweep", title="cannot build the report")
+        raise SpecError("no runs in this sweep", title=CANNOT)
     notes = []
     selected = runs.copy()
     selected["group"] = selected["group"].fillna("").astype(str)
@@ -196,12 +203,12 @@ def _prepare(
             )
         selected = selected.loc[finished]
     if selected.empty:
-        raise SpecError("no FINISHED runs in this sweep (see the run states)", title="cannot build the report")
+        raise SpecError("no FINISHED runs in this sweep (see the run states)", title=CANNOT)
     arms_present = sorted(selected["arm"].astype(str).unique())
     if baseline not in arms_present:
         raise SpecError(
             f"baseline arm {baseline!r} has no runs to report; arms: {', '.join(arms_present)}",
-            title="cannot build the report",
+            title=CANNOT,
         )
     selected = selected.set_index("run_id", drop=False)
     wanted = metrics[metrics["run_id"].isin(selected.index)]
@@ -236,18 +243,28 @@ def _arm_summary(sweep: _Sweep, values: pd.DataFrame, compare: bool = True) -> p
                 continue
             seeds = in_group.loc[arm]
             interval = analysis.bootstrap_ci(seeds.to_numpy(), n_boot=sweep.n_boot, seed=sweep.seed)
-            row = {"group": group, "arm": arm, "n_seeds": interval.n, "mean": interval.mean, "ci_lo": interval.lo, "ci_hi": interval.hi}
+            row = {"group": group, "arm": arm, "n_seeds": interval.n}
+            row.update(mean=interval.mean, ci_lo=interval.lo, ci_hi=interval.hi)
             if compare:
                 row.update(delta_vs_baseline=np.nan, p_value=np.nan, n_paired=0)
                 if base is not None and arm != sweep.baseline:
                     shared = seeds.index.intersection(base.index)
                     if len(shared):
-                        test = analysis.paired_bootstrap_test(
-                            seeds.loc[shared].to_numpy(), base.loc[shared].to_numpy(), n_boot=sweep.n_boot, seed=sweep.seed
-                        )
+                        x, x_base = seeds.loc[shared].to_numpy(), base.loc[shared].to_numpy()
+                        test = analysis.paired_bootstrap_test(x, x_base, n_boot=sweep.n_boot, seed=sweep.seed)
                         row.update(delta_vs_baseline=test.delta, p_value=test.p, n_paired=test.n)
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+SUMMARY_COLUMNS = ["n_seeds", "mean", "ci_lo", "ci_hi", "delta_vs_baseline", "p_value", "n_paired"]
+
+
+def _p_texts(sweep: _Sweep, data: pd.DataFrame) -> list[str]:
+    return [
+        "—" if arm == sweep.baseline else fmt_p(p, n)
+        for arm, p, n in zip(data["arm"], data["p_value"], data["n_paired"])
+    ]
 
 
 def _with_group_column(sweep: _Sweep, display: pd.DataFrame) -> pd.DataFrame:
@@ -296,7 +313,8 @@ def compute_match_table(sweep: _Sweep, violations: list[ComputeViolation], tol: 
         if not sweep.has(key) and not (key == "compute/gen_tokens_cum" and sweep.has("compute/gen_tokens")):
             notes.append(f"not logged: {key} — that part of the check was skipped")
     notes += [f"{NOT_MATCHED}: {v}" for v in violations]
-    return ReportTable("compute_match", "Compute matching (logged)", pd.DataFrame(rows), _with_group_column(sweep, pd.DataFrame(shown)), notes)
+    display = _with_group_column(sweep, pd.DataFrame(shown))
+    return ReportTable("compute_match", "Compute matching (logged)", pd.DataFrame(rows), display, notes)
 
 
 def _range_text(values: pd.Series) -> str:
@@ -328,7 +346,7 @@ def final_score_table(sweep: _Sweep) -> ReportTable:
         summary = _arm_summary(sweep, sweep.with_meta(analysis.last_values(sweep.by_key[key])))
         parts.append(summary.assign(benchmark=label, key=key))
     data = pd.concat(parts, ignore_index=True)
-    data = data[["group", "benchmark", "key", "arm", "n_seeds", "mean", "ci_lo", "ci_hi", "delta_vs_baseline", "p_value", "n_paired"]]
+    data = data[["group", "benchmark", "key", "arm", *SUMMARY_COLUMNS]]
     display = pd.DataFrame({
         "group": data["group"],
         "benchmark": data["benchmark"],
@@ -336,9 +354,12 @@ def final_score_table(sweep: _Sweep) -> ReportTable:
         "n": data["n_seeds"].astype(str),
         "mean [95% CI]": [fmt_interval(r.mean, r.ci_lo, r.ci_hi, r.n_seeds) for r in data.itertuples()],
         f"Δ vs {sweep.baseline}": [fmt_delta(d) for d in data["delta_vs_baseline"]],
-        "p (paired)": ["—" if a == sweep.baseline else fmt_p(p, n) for a, p, n in zip(data["arm"], data["p_value"], data["n_paired"])],
+        "p (paired)": _p_texts(sweep, data),
     })
-    notes = ["95% CI: expanded-percentile bootstrap over seeds; p: two-sided paired bootstrap-t over seeds shared with the baseline."]
+    notes = [
+        "95% CI: expanded-percentile bootstrap over seeds; "
+        "p: two-sided paired bootstrap-t over seeds shared with the baseline."
+    ]
     return ReportTable("final_scores", title, data, _with_group_column(sweep, display), notes)
 
 
@@ -377,7 +398,8 @@ def _threshold_tables(
     per_run = sweep.runs.loc[sweep.runs.index.isin(crossing.keys()), ["group", "arm", "seed", "name"]].copy()
     per_run["value"] = [crossing[r] if crossing[r] is not None else np.nan for r in per_run.index]
     per_run["reached"] = per_run["value"].notna()
-    run_data = per_run.reset_index().rename(columns={"value": name})[["group", "arm", "seed", "run_id", "name", name, "reached"]]
+    run_data = per_run.reset_index().rename(columns={"value": name})
+    run_data = run_data[["group", "arm", "seed", "run_id", "name", name, "reached"]]
     run_data = run_data.sort_values(["group", "arm", "seed"], key=_sort_key(sweep), kind="stable")
     arm_rows = []
     for group in sweep.groups:
@@ -390,7 +412,7 @@ def _threshold_tables(
             arm_rows.append({
                 "group": group, "arm": arm, "n_seeds": len(part), "n_reached": int(part["reached"].sum()),
                 "mean": float(part["value"].mean()) if reached_all else np.nan,
-                "per_run": " · ".join(f"s{s}: {fmt_number(v) if np.isfinite(v) else 'not reached'}" for s, v in zip(part["seed"], part["value"])),
+                "per_run": " · ".join(f"s{s}: {_reached_text(v)}" for s, v in zip(part["seed"], part["value"])),
             })
     data = pd.DataFrame(arm_rows)
     base_mean = data[data["arm"] == sweep.baseline].set_index("group")["mean"]
@@ -403,7 +425,7 @@ def _threshold_tables(
             fmt_number(m) if np.isfinite(m) else f"not reached ({k}/{n} seeds reached κ)"
             for m, k, n in zip(data["mean"], data["n_reached"], data["n_seeds"])
         ],
-        f"vs {sweep.baseline}": [_normalised_text(sweep, g, m, r) for g, m, r in zip(data["group"], data["mean"], data["normalised"])],
+        f"vs {sweep.baseline}": [_normalised_text(m, r) for m, r in zip(data["mean"], data["normalised"])],
     })
     data = data.drop(columns="per_run")
     notes = [
@@ -416,7 +438,11 @@ def _threshold_tables(
     return arm_table, run_table
 
 
-def _normalised_text(sweep: _Sweep, group: str, mean: float, ratio: float) -> str:
+def _reached_text(value: float) -> str:
+    return fmt_number(value) if np.isfinite(value) else "not reached"
+
+
+def _normalised_text(mean: float, ratio: float) -> str:
     if not np.isfinite(mean):
         return "not reached"
     if np.isfinite(ratio):
@@ -438,14 +464,18 @@ def _sort_key(sweep: _Sweep):
     return key
 
 
-def compute_at_reward_tables(sweep: _Sweep, metric: str, compute: str, kappa: float | None, smooth_window: int) -> list[ReportTable]:
+def compute_at_reward_tables(
+    sweep: _Sweep, metric: str, compute: str, kappa: float | None, smooth_window: int
+) -> list[ReportTable]:
     """[D Table 2, eq. 19]: compute at which the training reward first reaches κ."""
     title = f"Compute@Reward={'κ' if kappa is None else f'{kappa:.4g}'} ({COMPUTE_LABELS[compute]})"
     compute_key = COMPUTE_KEYS[compute]
     if kappa is None or not sweep.has(metric) or not sweep.has(compute_key):
-        return [_not_logged("compute_at_reward", title, *[k for k in (metric, compute_key) if not sweep.has(k)] or ["κ"])]
+        missing = [k for k in (metric, compute_key) if not sweep.has(k)] or ["κ"]
+        return [_not_logged("compute_at_reward", title, *missing)]
     points = analysis.on_compute_axis(sweep.by_key[metric], sweep.by_key[compute_key]).rename(columns={"compute": "x"})
-    return list(_threshold_tables(sweep, points, kappa, smooth_window, "compute_at_reward", title, COMPUTE_LABELS[compute]))
+    unit = COMPUTE_LABELS[compute]
+    return list(_threshold_tables(sweep, points, kappa, smooth_window, "compute_at_reward", title, unit))
 
 
 def steps_to_threshold_tables(sweep: _Sweep, metric: str, kappa: float | None, smooth_window: int) -> list[ReportTable]:
@@ -473,13 +503,15 @@ def jitter2_table(sweep: _Sweep, keys: list[str]) -> ReportTable:
         return _not_logged("jitter2", title, *(f"{k} (≥ 3 steps)" for k in keys))
     data = pd.concat(parts, ignore_index=True)
     base = data[data["arm"] == sweep.baseline].set_index(["metric", "group"])["mean"]
-    data["ratio_vs_baseline"] = [m / base.get((k, g), np.nan) for k, g, m in zip(data["metric"], data["group"], data["mean"])]
-    data = data[["group", "metric", "arm", "n_seeds", "mean", "ci_lo", "ci_hi", "ratio_vs_baseline", "delta_vs_baseline", "p_value", "n_paired"]]
+    data["ratio_vs_baseline"] = [
+        m / base.get((k, g), np.nan) for k, g, m in zip(data["metric"], data["group"], data["mean"])
+    ]
+    data = data[["group", "metric", "arm", "ratio_vs_baseline", *SUMMARY_COLUMNS]]
     display = pd.DataFrame({
         "group": data["group"], "metric": data["metric"], "arm": data["arm"], "n": data["n_seeds"].astype(str),
         "Jitter2 [95% CI]": [fmt_interval(r.mean, r.ci_lo, r.ci_hi, r.n_seeds) for r in data.itertuples()],
         f"vs {sweep.baseline}": [fmt_ratio(r) if np.isfinite(r) else "—" for r in data["ratio_vs_baseline"]],
-        "p (paired)": ["—" if a == sweep.baseline else fmt_p(p, n) for a, p, n in zip(data["arm"], data["p_value"], data["n_paired"])],
+        "p (paired)": _p_texts(sweep, data),
     })
     notes = [f"not logged: {k}" for k in keys if k not in logged]
     return ReportTable("jitter2", title, data, _with_group_column(sweep, display), notes)
@@ -490,7 +522,8 @@ def delta_per_g_table(sweep: _Sweep, final_scores: ReportTable) -> ReportTable:
     title = f"Δ vs {sweep.baseline} per group size G"
     g_values = sweep.runs[G_AXIS].dropna().unique() if G_AXIS in sweep.runs.columns else []
     if len(g_values) < 2:
-        return ReportTable("delta_per_G", title, pd.DataFrame(), pd.DataFrame(), ["G is not a sweep axis (rollout.G): no table"])
+        note = "G is not a sweep axis (rollout.G): no table"
+        return ReportTable("delta_per_G", title, pd.DataFrame(), pd.DataFrame(), [note])
     if final_scores.data.empty:
         return _not_logged("delta_per_G", title, "val-core/<benchmark>/acc/mean_at_<k>")
     other_axes = [c for c in sweep.runs.columns if c.startswith("axis.") and c != G_AXIS]
@@ -511,7 +544,8 @@ def delta_per_g_table(sweep: _Sweep, final_scores: ReportTable) -> ReportTable:
     display = pd.DataFrame(display_rows)
     if not other_axes:
         display = display.drop(columns="other axes")
-    return ReportTable("delta_per_G", title, data.reset_index(drop=True), display, ["Δ = arm − baseline, mean over shared seeds."])
+    notes = ["Δ = arm − baseline, mean over shared seeds."]
+    return ReportTable("delta_per_G", title, data.reset_index(drop=True), display, notes)
 
 
 @dataclass(frozen=True)
@@ -600,7 +634,7 @@ def build_report(
     metric: str = REWARD_KEY,
     out_dir: Path,
     allow_unmatched: bool = False,
-    console=None,
+    console: Console | None = None,
     smooth_window: int = 1,
     token_tol: float = 0.10,
     include_unfinished: bool = False,
@@ -618,9 +652,9 @@ def build_report(
     unless `include_unfinished`. `console`: a rich Console to print the tables on, or None.
     """
     if compute not in COMPUTE_KEYS:
-        raise SpecError(f"--compute must be one of {', '.join(COMPUTE_KEYS)}, got {compute!r}", title="cannot build the report")
+        raise SpecError(f"--compute must be one of {', '.join(COMPUTE_KEYS)}, got {compute!r}", title=CANNOT)
     if smooth_window < 1:
-        raise SpecError(f"smooth_window must be >= 1, got {smooth_window}", title="cannot build the report")
+        raise SpecError(f"smooth_window must be >= 1, got {smooth_window}", title=CANNOT)
     prepared, notes = _prepare(runs, metrics, baseline, include_unfinished, n_boot, seed)
     violations = analysis.check_compute_matched(prepared.runs.reset_index(drop=True), prepared.by_key, tol=token_tol)
     if violations and not allow_unmatched:
@@ -662,7 +696,11 @@ def default_report_dir(sweep: str, root: Path = Path("results")) -> Path:
 
 
 def _attach_plots(report: Report) -> None:
-    where = {"reward_vs_compute": "compute_at_reward", "compute_at_reward": "compute_at_reward", "mechanisms_vs_step": "mechanisms"}
+    where = {
+        "reward_vs_compute": "compute_at_reward",
+        "compute_at_reward": "compute_at_reward",
+        "mechanisms_vs_step": "mechanisms",
+    }
     names = {t.name for t in report.tables}
     for plot in report.plots:
         target = where.get(plot)
@@ -735,11 +773,12 @@ def plot_mechanisms_vs_step(sweep: _Sweep, report: Report, path: Path) -> Path |
         return None
     colors = _arm_colors(sweep)
     fig, axes = _grid_of_axes(len(sweep.groups) * len(keys), len(keys), 4.6, 3.0)
+    meta = sweep.runs[["group", "arm"]]
+    points = {key: sweep.by_key[key].join(meta, on="run_id").assign(x=lambda f: f["step"]) for key in keys}
     for row, group in enumerate(sweep.groups):
         for col, key in enumerate(keys):
             ax = axes[row, col]
-            points = sweep.by_key[key].join(sweep.runs[["group", "arm"]], on="run_id").assign(x=lambda f: f["step"])
-            in_group = points[points["group"] == group]
+            in_group = points[key][points[key]["group"] == group]
             n_steps = max(3, min(200, in_group["step"].nunique()))
             for arm in sweep.arms:
                 _band(ax, sweep, in_group[in_group["arm"] == arm], arm, colors[arm], n_steps)
@@ -771,14 +810,16 @@ def plot_compute_at_reward(sweep: _Sweep, report: Report, path: Path) -> Path | 
                 label = fmt_ratio(row["normalised"]) if np.isfinite(row["normalised"]) else "n/a"
                 ax.text(i, max(row["mean"], reached.max()) + 0.03 * top, label, ha="center", fontsize=8)
             else:
-                ax.text(i, 0.05 * top, f"not reached\n({row['n_reached']}/{row['n_seeds']} seeds)", ha="center", fontsize=7, color="0.3")
+                label = f"not reached\n({row['n_reached']}/{row['n_seeds']} seeds)"
+                ax.text(i, 0.05 * top, label, ha="center", fontsize=7, color="0.3")
             ax.scatter(np.full(len(reached), i), reached, color="k", s=10, zorder=3)
         ax.set_xticks(range(len(arms)), arms["arm"], rotation=20, fontsize=8)
         ax.set(title=group or report.sweep, ylabel=f"{COMPUTE_LABELS[report.compute]} to κ", ylim=(0, 1.15 * top))
         ax.grid(alpha=0.3, axis="y")
     for ax in list(axes.flat)[len(sweep.groups):]:
         ax.set_visible(False)
-    fig.suptitle(f"Compute@Reward={report.kappa:.3g} (bars: arm mean, dots: runs, text: × {report.baseline})", fontsize=10)
+    title = f"Compute@Reward={report.kappa:.3g} (bars: arm mean, dots: runs, text: × {report.baseline})"
+    fig.suptitle(title, fontsize=10)
     fig.savefig(path, dpi=100)
     return path
 
@@ -821,10 +862,13 @@ def write_report(report: Report) -> None:
 
 
 def header_lines(report: Report) -> list[str]:
-    status = "yes" if report.compute_matched else f"**{NOT_MATCHED}** ({len(report.violations)} violation(s), reported anyway)"
+    status = "yes"
+    if not report.compute_matched:
+        status = f"**{NOT_MATCHED}** ({len(report.violations)} violation(s), reported anyway)"
     return [
         f"baseline: {report.baseline}",
-        f"training reward: {report.metric}; compute axis: {COMPUTE_LABELS[report.compute]} ({COMPUTE_KEYS[report.compute]})",
+        f"training reward: {report.metric}; "
+        f"compute axis: {COMPUTE_LABELS[report.compute]} ({COMPUTE_KEYS[report.compute]})",
         report.kappa_note,
         f"compute-matched: {status}",
         *report.notes,
@@ -849,7 +893,7 @@ def render_markdown(report: Report) -> str:
         if table.display.empty and not table.notes:
             continue
         lines += [f"## {table.title}", ""]
-        lines += [f"> {note}" for note in table.notes]
+        lines += [f"- {'**' + note + '**' if NOT_MATCHED in note else note}" for note in table.notes]
         if table.notes:
             lines.append("")
         if not table.display.empty:
@@ -859,7 +903,7 @@ def render_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
-def print_report(report: Report, console) -> None:
+def print_report(report: Report, console: Console) -> None:
     """The tables on a rich console, each with its notes under it."""
     from rich.table import Table
 

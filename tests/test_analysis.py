@@ -188,7 +188,8 @@ def test_on_compute_axis_uses_the_same_or_next_logged_compute():
 def _runs(spec: list[tuple[str, str, int, int]]) -> pd.DataFrame:
     return pd.DataFrame(
         [
-            {"run_id": f"{arm}-{group}-{seed}", "name": "", "arm": arm, "group": group, "seed": seed, "G": g, "state": "FINISHED"}
+            {"run_id": f"{arm}-{group}-{seed}", "name": "", "arm": arm, "group": group, "seed": seed, "G": g,
+             "state": "FINISHED"}
             for arm, group, seed, g in spec
         ]
     )

@@ -86,7 +86,8 @@ def test_writes_every_file(report):
         assert (out / "tables" / f"{table.name}.csv").is_file()
         payload = json.loads((out / "tables" / f"{table.name}.json").read_text())
         assert payload["title"] == table.title and len(payload["rows"]) == len(table.data)
-    assert {p.name for p in (out / "plots").iterdir()} == {"reward_vs_compute.png", "compute_at_reward.png", "mechanisms_vs_step.png"}
+    plots = {p.name for p in (out / "plots").iterdir()}
+    assert plots == {"reward_vs_compute.png", "compute_at_reward.png", "mechanisms_vs_step.png"}
     assert all(path.exists() for path in report.files)
 
 
@@ -237,3 +238,15 @@ def test_number_formats():
     assert [fmt_p(0.0004, 5), fmt_p(0.0312, 5), fmt_p(float("nan"), 2), fmt_p(float("nan"), 0)] == [
         "<0.001", "0.031", "n/a (2 shared seeds)", "no shared seeds"
     ]
+
+
+def test_no_grid_single_seed_sweep(tmp_path):
+    runs, metrics = synthetic_sweep()
+    runs = runs[(runs["G"] == 4) & (runs["seed"] == 0)].drop(columns="axis.rollout.G").assign(group="")
+    metrics = metrics[metrics["run_id"].isin(runs["run_id"])]
+    report = report_for(tmp_path, runs, metrics, plots=False)
+    final = report.table("final_scores").display
+    assert "group" not in final.columns
+    assert final["mean [95% CI]"].str.endswith("(1 seed)").all()
+    assert (final.loc[final["arm"] != "gspo", "p (paired)"] == "n/a (1 shared seed)").all()
+    assert report.table("delta_per_G").notes == ["G is not a sweep axis (rollout.G): no table"]
