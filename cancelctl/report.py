@@ -63,6 +63,7 @@ class ReportTable:
     display: pd.DataFrame
     notes: list[str] = field(default_factory=list)
     plots: list[str] = field(default_factory=list)  # keys of Report.plots shown with this table
+    shown: bool = True  # False: written as CSV/JSON only (per-run detail)
 
     @property
     def empty(self) -> bool:
@@ -344,7 +345,10 @@ def final_score_table(sweep: _Sweep) -> ReportTable:
     parts = []
     for key, label in benchmarks:
         summary = _arm_summary(sweep, sweep.with_meta(analysis.last_values(sweep.by_key[key])))
-        parts.append(summary.assign(benchmark=label, key=key))
+        if not summary.empty:
+            parts.append(summary.assign(benchmark=label, key=key))
+    if not parts:
+        return _not_logged("final_scores", title, *(key for key, _ in benchmarks))
     data = pd.concat(parts, ignore_index=True)
     data = data[["group", "benchmark", "key", "arm", *SUMMARY_COLUMNS]]
     display = pd.DataFrame({
@@ -434,7 +438,7 @@ def _threshold_tables(
         + " is ≥ κ. An arm gets a number only if every seed reached κ; the baseline is 1.00×."
     ]
     arm_table = ReportTable(name, title, data, _with_group_column(sweep, display), notes)
-    run_table = ReportTable(f"{name}_runs", f"{title} — per run", run_data, pd.DataFrame(), [])
+    run_table = ReportTable(f"{name}_runs", f"{title} — per run", run_data, pd.DataFrame(), [], shown=False)
     return arm_table, run_table
 
 
@@ -850,7 +854,10 @@ def write_report(report: Report) -> None:
     files = []
     for table in report.tables:
         csv_path, json_path = tables_dir / f"{table.name}.csv", tables_dir / f"{table.name}.json"
-        table.data.to_csv(csv_path, index=False)
+        if table.data.columns.empty:  # a "not logged" section: no header to write
+            csv_path.write_text("")
+        else:
+            table.data.to_csv(csv_path, index=False)
         rows = json.loads(table.data.to_json(orient="records")) if not table.data.empty else []
         payload = {"title": table.title, "notes": table.notes, "compute_matched": report.compute_matched, "rows": rows}
         json_path.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n")
@@ -890,7 +897,7 @@ def render_markdown(report: Report) -> str:
     lines = [f"# Sweep report: {report.sweep}", ""]
     lines += [f"- {line}" for line in header_lines(report)] + [""]
     for table in report.tables:
-        if table.display.empty and not table.notes:
+        if not table.shown:
             continue
         lines += [f"## {table.title}", ""]
         lines += [f"- {'**' + note + '**' if NOT_MATCHED in note else note}" for note in table.notes]
@@ -911,7 +918,7 @@ def print_report(report: Report, console: Console) -> None:
     for line in header_lines(report):
         console.print(line.replace("**", ""), highlight=False, markup=False)
     for table in report.tables:
-        if table.display.empty and not table.notes:
+        if not table.shown:
             continue
         rich_table = Table(title=table.title, title_justify="left", show_lines=False)
         for column in table.display.columns:

@@ -63,7 +63,7 @@ def render_html(report: Report) -> str:
     summary = "".join(f"<li>{escape(line.replace('**', ''))}</li>" for line in header_lines(report))
     parts.append(f'<ul class="summary">{summary}</ul>')
     for table in report.tables:
-        if table.display.empty and not table.notes:
+        if not table.shown:
             continue
         parts.append(f"<h2>{escape(table.title)}</h2>")
         for note in table.notes:

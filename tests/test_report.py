@@ -89,6 +89,8 @@ def test_writes_every_file(report):
     plots = {p.name for p in (out / "plots").iterdir()}
     assert plots == {"reward_vs_compute.png", "compute_at_reward.png", "mechanisms_vs_step.png"}
     assert all(path.exists() for path in report.files)
+    markdown = (out / "report.md").read_text()
+    assert "## Final scores" in markdown and "— per run" not in markdown  # per-run detail: CSV/JSON only
 
 
 def test_compute_at_reward_is_normalised_to_the_baseline(report):
@@ -194,6 +196,8 @@ def test_missing_keys_say_not_logged(tmp_path):
     report = report_for(tmp_path, runs, metrics[keep], plots=False)
     assert report.table("mechanisms").notes[0].startswith("not logged: dfpo/asym")
     assert report.table("final_scores").notes == ["not logged: val-core/<benchmark>/acc/mean_at_<k>"]
+    assert (report.out_dir / "tables" / "final_scores.csv").read_text() == ""
+    assert "not logged: dfpo/asym" in (report.out_dir / "report.md").read_text()
     assert report.table("compute_at_reward").data.shape[0] == 6  # the reward-based tables still work
 
 
