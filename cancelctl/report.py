@@ -482,7 +482,9 @@ def compute_at_reward_tables(
     return list(_threshold_tables(sweep, points, kappa, smooth_window, "compute_at_reward", title, unit))
 
 
-def steps_to_threshold_tables(sweep: _Sweep, metric: str, kappa: float | None, smooth_window: int) -> list[ReportTable]:
+def steps_to_threshold_tables(
+    sweep: _Sweep, metric: str, kappa: float | None, smooth_window: int
+) -> list[ReportTable]:
     """[D eq. 19] Steps(reward ≥ κ) on the training reward."""
     title = f"Steps to reward ≥ {'κ' if kappa is None else f'{kappa:.4g}'}"
     if kappa is None or not sweep.has(metric):
