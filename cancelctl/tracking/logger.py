@@ -174,25 +174,29 @@ class RunLogger:
         Any failure pauses MLflow use; the JSONL keeps everything."""
         if self._paused():
             return False
-        with run_dir_lock(self.run_dir):
-            state = SyncState.load(self.run_dir)
-            progress = state.progress(self.uri)
-            if self._mlflow_run_id:
-                progress.mlflow_run_id = self._mlflow_run_id
-            try:
-                reason = probe_store(self.uri)
-                if reason:
-                    raise TrackingUnavailable(reason)
-                client = client_for(self.uri)
-                ensure_mlflow_run(self.uri, self.run_dir, progress)
-                self._mlflow_run_id = progress.mlflow_run_id
-                action(client, progress, state)
-                ok = True
-            except Exception as exc:  # tracking must never stop a training run
-                self._pause(exc)
-                ok = False
-            state.save(self.run_dir)
-        return ok
+        try:
+            with run_dir_lock(self.run_dir):
+                state = SyncState.load(self.run_dir)
+                try:
+                    self._act(action, state)
+                finally:
+                    state.save(self.run_dir)
+        except Exception as exc:  # tracking must never stop a training run
+            self._pause(exc)
+            return False
+        return True
+
+    def _act(self, action: StoreAction, state: SyncState) -> None:
+        progress = state.progress(self.uri)
+        if self._mlflow_run_id:
+            progress.mlflow_run_id = self._mlflow_run_id
+        reason = probe_store(self.uri)
+        if reason:
+            raise TrackingUnavailable(reason)
+        client = client_for(self.uri)
+        ensure_mlflow_run(self.uri, self.run_dir, progress)
+        self._mlflow_run_id = progress.mlflow_run_id
+        action(client, progress, state)
 
     def _pause(self, exc: Exception) -> None:
         self._retry_at = time.monotonic() + self.retry_interval_s
@@ -208,10 +212,13 @@ class RunLogger:
             self._warned = True
 
     def _record_final_status(self, status: str) -> None:
-        with run_dir_lock(self.run_dir):
-            state = SyncState.load(self.run_dir)
-            state.final_status = status
-            state.save(self.run_dir)
+        try:
+            with run_dir_lock(self.run_dir):
+                state = SyncState.load(self.run_dir)
+                state.final_status = status
+                state.save(self.run_dir)
+        except (OSError, TimeoutError) as exc:  # sync then falls back to run.json's status
+            log.warning("%s: could not record final status %s (%s)", self.run_dir, status, exc)
 
 
 def _open_for_append(path: Path):

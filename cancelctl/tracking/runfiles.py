@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ RUN_JSON = "run.json"
 METRICS_JSONL = "metrics.jsonl"
 SYNC_STATE = "sync_state.json"
 LOCK_FILE = ".tracking.lock"
+LOCK_TIMEOUT_S = 30.0
 TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 log = logging.getLogger("cancelctl.tracking")
@@ -49,13 +51,22 @@ def atomic_write_json(path: Path, data: Any) -> None:
 
 
 @contextlib.contextmanager
-def run_dir_lock(run_dir: Path) -> Iterator[None]:
-    """Serialize uploads of one run folder between a live RunLogger and `cancelctl sync`."""
+def run_dir_lock(run_dir: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Serialize uploads of one run folder between a live RunLogger and `cancelctl sync`.
+    Bounded wait (TimeoutError): a stuck holder must not hang a training run."""
     if fcntl is None:  # pragma: no cover
         yield
         return
     with open(Path(run_dir) / LOCK_FILE, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"{Path(run_dir) / LOCK_FILE} held for over {timeout_s:.0f} s") from None
+                time.sleep(0.05)
         try:
             yield
         finally:
