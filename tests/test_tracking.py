@@ -298,6 +298,7 @@ def test_collect_merges_jsonl_of_runs_never_uploaded(uri, workdir, dead_uri):
     offline = runs.set_index("run_id").loc["offline2"]
     assert offline.state == "FINISHED" and pd.isna(offline.mlflow_run_id) and offline.seed == 1
     assert str(runs.seed.dtype) == "int64"
+    assert [str(t) for t in metrics.dtypes] == ["str", "int64", "str", "float64"]
     last_reward = metrics[(metrics.run_id == "offline2") & (metrics.step == 25)].value.item()
     assert last_reward == math.inf
 

@@ -10,10 +10,12 @@ Two ways to read the store:
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import logging
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -147,13 +149,25 @@ def _query_sqlite(con: sqlite3.Connection, experiment: str) -> tuple[list[_Store
         ids[0],
     ):
         runs[uuid].tags[key] = value
-    rows = con.execute(
-        "SELECT m.run_uuid, m.step, m.key, CASE WHEN m.is_nan THEN NULL ELSE m.value END, m.timestamp "
-        "FROM metrics m JOIN runs r ON r.run_uuid = m.run_uuid "
-        "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active'",
-        ids[0],
-    ).fetchall()  # NULL -> NaN in the float column
-    return list(runs.values()), pd.DataFrame(rows, columns=_RAW_METRIC_COLUMNS)
+    with _gc_paused():  # a million row tuples would trigger full collections, each one finding nothing
+        rows = con.execute(
+            "SELECT m.run_uuid, m.step, m.key, CASE WHEN m.is_nan THEN NULL ELSE m.value END, m.timestamp "
+            "FROM metrics m JOIN runs r ON r.run_uuid = m.run_uuid "
+            "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active'",
+            ids[0],
+        ).fetchall()  # NULL -> NaN in the float column
+        return list(runs.values()), pd.DataFrame(rows, columns=_RAW_METRIC_COLUMNS)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _read_mlflow_api(uri: str, experiment: str) -> tuple[list[_StoreRun], pd.DataFrame]:
