@@ -1,0 +1,90 @@
+"""DFPO: GSPO with a group transformation of the post-clip sequence weights (SPEC "DFPO, exactly").
+
+1. s_i [D eq. 44] → sign-aware post-clip weight s̄_i [eq. 46-47], so Σ Â s̄ is GSPO's objective [eq. 49].
+2. s̃ = T(s̄, Â) inside every group (`losses.transforms`), under stop-gradient by default.
+3. Per token of row i the coefficient on ∇log π is s̃_i Â_i / |y_i| [eq. 68, 85]: the token form
+   s̃_i Â_i · (1 + log π − sg(log π)) reports the value s̃_i Â_i on every token and gives each token
+   gradient s̃_i Â_i, which seq-mean-token-mean (DFPO's mode) divides by |y_i| (and by the number
+   of rows). Clipped rows are not zeroed: the clip only shapes the value of s̄ (SPEC 3).
+4. Ablations [D Table 3]: `stop_grad=False` keeps s̃(θ) differentiable and minimises
+   −Σ_i Â_i s̃_i(θ) ℓ_i(θ), ℓ_i the row's mean log-prob (SPEC 4); `scale=c` uses s̃ = c·s̄, no transform.
+5. Partial groups are refused (`losses.groups.require_whole_groups`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from losses.advantages import row_advantages
+from losses.aggregation import aggregate, masked_mean
+from losses.config import DEFAULT_CONFIG, TRANSFORMS, clip_bounds, policy_option
+from losses.groups import group_index, require_whole_groups
+from losses.metrics import group_asymmetry, ortho_residual, pg_metrics
+from losses.ratios import compute_float, sequence_ratio, sign_aware_clip
+from losses.transforms import apply_transform
+
+NEEDS_GROUPS = (
+    "dfpo needs group_ids (LongTensor [N], one id per row, e.g. verl's uid): its weight transform "
+    "acts inside each group of rollouts of one prompt"
+)
+
+
+def dfpo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    group_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """DFPO loss; options from `config.policy_loss`: transform, stop_grad, scale, eps1, group_size."""
+    if group_ids is None:
+        raise ValueError(NEEDS_GROUPS)
+    config = DEFAULT_CONFIG if config is None else config
+    transform_name = policy_option(config, "transform", "min_replace")
+    if transform_name not in TRANSFORMS:
+        raise ValueError(f"policy_loss.transform={transform_name!r}; expected one of {', '.join(TRANSFORMS)}")
+    stop_grad = bool(policy_option(config, "stop_grad", True))
+    scale = policy_option(config, "scale", None)
+
+    old_log_prob, log_prob = compute_float(old_log_prob), compute_float(log_prob)
+    index = group_index(torch.as_tensor(group_ids, device=log_prob.device))
+    if index.inverse.numel() != log_prob.shape[0]:
+        raise ValueError(f"dfpo: group_ids has {index.inverse.numel()} entries for {log_prob.shape[0]} rows")
+    require_whole_groups(index, policy_option(config, "group_size", None))
+
+    adv = row_advantages(compute_float(advantages), response_mask)  # Â_i [N]
+    clip_low, clip_high = clip_bounds(config)
+    seq_ratio = sequence_ratio(log_prob, old_log_prob, response_mask)  # s_i [N]
+    if stop_grad:
+        seq_ratio = seq_ratio.detach()
+    post_clip = sign_aware_clip(seq_ratio, adv, clip_low, clip_high)  # s̄_i
+    if scale is not None:
+        exact = scale * post_clip
+    else:
+        options = {"eps1": policy_option(config, "eps1", 0.05)} if transform_name == "trunc_rebalance" else {}
+        exact = apply_transform(transform_name, post_clip, adv, index, **options)  # s̃_i, float64
+    weights = exact.to(post_clip.dtype)
+
+    coef = (adv * weights).unsqueeze(-1)  # s̃_i Â_i per row
+    if stop_grad:
+        token_objective = coef * (1.0 + log_prob - log_prob.detach())
+    else:
+        token_objective = coef * log_prob
+    token_loss = -token_objective
+    if rollout_is_weights is not None:
+        token_loss = token_loss * rollout_is_weights
+    loss = aggregate(token_loss, response_mask, loss_agg_mode, config)
+
+    clipped_rows = ((post_clip != seq_ratio) & (adv != 0)).float().unsqueeze(-1).expand_as(response_mask)
+    metrics = pg_metrics(
+        masked_mean(clipped_rows, response_mask),
+        masked_mean(old_log_prob - log_prob, response_mask),
+        post_clip.new_zeros(()),
+        **{"dfpo/asym": group_asymmetry(exact, adv, index), "dfpo/ortho_residual": ortho_residual(exact, adv, index)},
+    )
+    return loss, metrics

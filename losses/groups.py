@@ -1,0 +1,63 @@
+"""Group bookkeeping: rows → dense group index, and per-group reductions by scatter (no loops)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GroupIndex:
+    """`inverse[i]` is row i's group in 0..num_groups-1; `ids[k]` the original id of group k."""
+
+    inverse: torch.Tensor  # [N] long
+    ids: torch.Tensor  # [K]
+    counts: torch.Tensor  # [K] long
+    num_groups: int
+
+
+def group_index(group_ids: torch.Tensor) -> GroupIndex:
+    group_ids = torch.as_tensor(group_ids)
+    if group_ids.dim() != 1:
+        raise ValueError(f"group_ids must be 1-D (one id per row), got shape {tuple(group_ids.shape)}")
+    ids, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    return GroupIndex(inverse=inverse, ids=ids, counts=counts, num_groups=int(ids.numel()))
+
+
+def group_sum(values: torch.Tensor, index: GroupIndex) -> torch.Tensor:
+    """[K]: Σ over each group's rows."""
+    return values.new_zeros(index.num_groups).index_add(0, index.inverse, values)
+
+
+def group_min(values: torch.Tensor, index: GroupIndex) -> torch.Tensor:
+    """[K]: min over each group's rows (differentiable, ties share the gradient)."""
+    init = values.new_full((index.num_groups,), float("inf"))
+    return init.scatter_reduce(0, index.inverse, values, reduce="amin", include_self=False)
+
+
+def group_mean(values: torch.Tensor, index: GroupIndex) -> torch.Tensor:
+    return group_sum(values, index) / index.counts.to(values.dtype)
+
+
+def require_whole_groups(index: GroupIndex, expected_size: int | None = None, what: str = "dfpo") -> None:
+    """Refuse partial groups (SPEC "DFPO, exactly" 5): every group has `expected_size` rows or,
+    when that is unknown, the size most groups have (a group that differs is the partial one)."""
+    counts = index.counts
+    if counts.numel() == 0:
+        return
+    if expected_size is None:
+        expected = torch.bincount(counts).argmax()  # most common size; ties → the smaller
+        source = "the other groups"
+    else:
+        expected = torch.tensor(int(expected_size), device=counts.device)
+        source = "policy_loss.group_size"
+    differs = counts != expected
+    n_bad, first_bad, size = torch.stack([differs.sum(), differs.int().argmax(), expected]).tolist()  # one sync
+    if n_bad:
+        raise ValueError(
+            f"{what}: group id {index.ids[first_bad].item()} has {counts[first_bad].item()} rows but {source} "
+            f"say G={size} ({n_bad} of {counts.numel()} groups differ). The group transform needs whole groups: "
+            "keep every group inside one micro-batch, or compute s~ over the whole mini-batch first "
+            "(SPEC 'DFPO, exactly' 5)."
+        )

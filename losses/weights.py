@@ -1,0 +1,135 @@
+"""Detached per-token weights and the wrappers that fold them into any loss (SPEC "Token-weight wrappers").
+
+A wrapper `w(loss_fn, **opts)` returns a loss with the same keyword signature plus
+`rollout_log_prob=` (needed by `tis`); it multiplies its weight into `rollout_is_weights`, which
+every loss applies per token before aggregation. Wrappers nest:
+`tis(inject_noise(get("grpo"), sigma=0.2, generator=g), cap=2.0)`. The inner loss only receives
+the keywords it accepts, so verl's own losses can be wrapped too.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+
+from losses.advantages import token_advantages
+from losses.ratios import token_ratio
+
+LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+
+
+def tis_weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, cap: float = 2.0) -> torch.Tensor:
+    """Truncated importance sampling w = min(ρ, C), ρ = π_train(θ_old)/π_infer(θ_old) [H eq. 5]."""
+    return torch.clamp(token_ratio(old_log_prob.detach().float(), rollout_log_prob.detach().float()), max=cap)
+
+
+def delta_weights(old_log_prob: torch.Tensor, delta: float, p_low: float = 0.1) -> torch.Tensor:
+    """φ = δ on tokens with π_train(o | θ_old) < π_low, else 1 [H eq. 17-18]."""
+    low = torch.exp(old_log_prob.detach().float()) < p_low
+    return torch.where(low, float(delta), 1.0)
+
+
+def noise_weights(
+    shape: torch.Size | tuple[int, ...], sigma: float, generator: torch.Generator, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """ξ ~ N(1, σ²) i.i.d. per token [H eq. 21], drawn on the generator's device, so a seed gives the
+    same weights on CPU and CUDA."""
+    noise = torch.randn(tuple(shape), generator=generator, device=generator.device, dtype=torch.float32)
+    return (1.0 + sigma * noise).to(device if device is not None else generator.device)
+
+
+def sign_weights(advantages: torch.Tensor, keep: str) -> torch.Tensor:
+    """Probes [C §3.2]: keep="positive" zeroes rows with Â ≤ 0, keep="negative" rows with Â ≥ 0."""
+    if keep == "positive":
+        return (advantages.detach() > 0).float()
+    if keep == "negative":
+        return (advantages.detach() < 0).float()
+    raise ValueError(f"keep must be 'positive' or 'negative', got {keep!r}")
+
+
+def _accepted_keywords(loss_fn: LossFn) -> set[str] | None:
+    """Keywords `loss_fn` takes; None when it takes **kwargs (anything goes)."""
+    params = inspect.signature(loss_fn, follow_wrapped=False).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params}
+
+
+def _weighting(loss_fn: LossFn, label: str, weight: Callable[..., torch.Tensor]) -> LossFn:
+    accepted = _accepted_keywords(loss_fn)
+
+    def weighted(
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        loss_agg_mode: str | None = None,
+        config: Any = None,
+        rollout_is_weights: torch.Tensor | None = None,
+        group_ids: torch.Tensor | None = None,
+        rollout_log_prob: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        w = weight(
+            old_log_prob=old_log_prob, advantages=advantages, response_mask=response_mask, rollout_log_prob=rollout_log_prob
+        ).detach()
+        w = w.to(response_mask.device)
+        kwargs: dict[str, Any] = dict(
+            old_log_prob=old_log_prob,
+            log_prob=log_prob,
+            advantages=advantages,
+            response_mask=response_mask,
+            config=config,
+            rollout_is_weights=w if rollout_is_weights is None else rollout_is_weights * w,
+        )
+        optional = {"loss_agg_mode": loss_agg_mode, "group_ids": group_ids, "rollout_log_prob": rollout_log_prob}
+        for key, value in optional.items():  # None: let the inner loss use its own default
+            if value is not None and (accepted is None or key in accepted):
+                kwargs[key] = value
+        return loss_fn(**kwargs)
+
+    inner = getattr(loss_fn, "__name__", type(loss_fn).__name__)
+    weighted.__name__ = weighted.__qualname__ = f"{label}({inner})"
+    weighted.__doc__ = f"{label} weights on top of {inner}."
+    return weighted
+
+
+def tis(loss_fn: LossFn, cap: float = 2.0) -> LossFn:
+    """w = min(ρ, cap); the wrapped loss needs `rollout_log_prob=`. On verl the same correction is
+    `algorithm.rollout_correction.rollout_is=token`, `rollout_is_threshold=cap`."""
+
+    def weight(old_log_prob, rollout_log_prob, **_):
+        if rollout_log_prob is None:
+            raise ValueError("tis needs rollout_log_prob= (the inference engine's log-probs at θ_old)")
+        return tis_weights(old_log_prob, rollout_log_prob, cap)
+
+    return _weighting(loss_fn, f"tis[cap={cap}]", weight)
+
+
+def inject_delta(loss_fn: LossFn, delta: float, p_low: float = 0.1) -> LossFn:
+    """Weight δ on tokens with π_train(o|θ_old) < p_low [H eq. 17-18]; paper grid δ ∈ {0, 1.2, 2, 3}."""
+    return _weighting(loss_fn, f"inject_delta[delta={delta},p_low={p_low}]", lambda old_log_prob, **_: delta_weights(old_log_prob, delta, p_low))
+
+
+def inject_noise(loss_fn: LossFn, sigma: float = 0.2, generator: torch.Generator | None = None, seed: int = 0) -> LossFn:
+    """Weight ξ ~ N(1, σ²) per token, fresh on every call, from `generator` (default: a CPU
+    generator seeded with `seed`) — the same seed replays the same weights [H eq. 21]."""
+    gen = generator if generator is not None else torch.Generator().manual_seed(seed)
+    return _weighting(
+        loss_fn, f"inject_noise[sigma={sigma}]", lambda response_mask, **_: noise_weights(response_mask.shape, sigma, gen)
+    )
+
+
+def positive_only(loss_fn: LossFn) -> LossFn:
+    """Probe [C §3.2]: rows with Â ≤ 0 get weight 0."""
+    return _weighting(
+        loss_fn, "positive_only", lambda advantages, response_mask, **_: sign_weights(token_advantages(advantages, response_mask), "positive")
+    )
+
+
+def negative_only(loss_fn: LossFn) -> LossFn:
+    """Probe [C §3.2]: rows with Â ≥ 0 get weight 0."""
+    return _weighting(
+        loss_fn, "negative_only", lambda advantages, response_mask, **_: sign_weights(token_advantages(advantages, response_mask), "negative")
+    )
