@@ -243,7 +243,7 @@ def test_requeued_run_uploads_backlog_and_collect_keeps_latest(uri, workdir, cli
         resumed.log(39, {"reward": 100.0})  # the resumed run re-logs step 39
         log_steps(resumed, range(40, 50))
     assert history_points(client, mlflow_run_id) == 120 + 1 + 30
-    runs, metrics = collect(uri, SWEEP)
+    _, metrics = collect(uri, SWEEP)
     reward = metrics[(metrics.run_id == "requeued") & (metrics.key == "reward")]
     assert len(reward) == 50 and reward.set_index("step").value[39] == 100.0
 
@@ -262,6 +262,12 @@ def populate_sweep(uri: str, workdir: Path) -> dict[str, int]:
     return points
 
 
+def assert_metric_dtypes(metrics: pd.DataFrame) -> None:
+    assert list(metrics.columns) == ["run_id", "step", "key", "value"]
+    assert pd.api.types.is_string_dtype(metrics.run_id) and pd.api.types.is_string_dtype(metrics.key)
+    assert str(metrics.step.dtype) == "int64" and str(metrics.value.dtype) == "float64"
+
+
 def test_collect_frames(uri, workdir):
     points = populate_sweep(uri, workdir)
     create_run(uri, "other-sweep", run_id="elsewhere", name="x", tags={}, params={})
@@ -274,13 +280,17 @@ def test_collect_frames(uri, workdir):
     assert (runs.state == "FINISHED").all()
     row = runs.set_index("run_id").loc["gspo-4-0"]
     assert (row.arm, row.G, row.seed, row["axis.algo.G"], row["axis.algo.lr"]) == ("gspo", 4, 0, 4, 1e-3)
-    assert list(metrics.columns) == ["run_id", "step", "key", "value"]
-    assert [str(t) for t in metrics.dtypes] == ["str", "int64", "str", "float64"]
+    assert_metric_dtypes(metrics)
     assert metrics.groupby("run_id").size().to_dict() == points
     assert not metrics.duplicated(["run_id", "step", "key"]).any()
 
     runs_api, metrics_api = collect(uri, SWEEP, method="api")
     assert runs_api.equals(runs) and metrics_api.equals(metrics)
+
+    runs_none, metrics_none = collect(uri, "no-such-sweep")
+    assert runs_none.empty and pd.api.types.is_string_dtype(runs_none.run_id)
+    assert metrics_none.empty
+    assert_metric_dtypes(metrics_none)
 
 
 def test_collect_merges_jsonl_of_runs_never_uploaded(uri, workdir, dead_uri):
@@ -298,11 +308,11 @@ def test_collect_merges_jsonl_of_runs_never_uploaded(uri, workdir, dead_uri):
     offline = runs.set_index("run_id").loc["offline2"]
     assert offline.state == "FINISHED" and pd.isna(offline.mlflow_run_id) and offline.seed == 1
     assert str(runs.seed.dtype) == "int64"
-    assert [str(t) for t in metrics.dtypes] == ["str", "int64", "str", "float64"]
+    assert_metric_dtypes(metrics)
     last_reward = metrics[(metrics.run_id == "offline2") & (metrics.step == 25)].value.item()
     assert last_reward == math.inf
 
     sync(workdir, uri)  # after sync the store alone has everything, inf included
-    runs_synced, metrics_synced = collect(uri, SWEEP)
+    _, metrics_synced = collect(uri, SWEEP)
     assert metrics_synced.groupby("run_id").size().to_dict() == points
     assert metrics_synced[(metrics_synced.run_id == "offline2") & (metrics_synced.step == 25)].value.item() == math.inf

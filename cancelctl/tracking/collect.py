@@ -46,6 +46,7 @@ TAG_COLUMNS = {  # tag set by the planner -> column of the runs frame
     "cancelctl.spec_hash": "spec_hash",
 }
 INT_COLUMNS = ("seed", "G")
+TEXT_COLUMNS = ("run_id", "mlflow_run_id", "name", "sweep", "arm", "group", "state", "spec_hash")
 RUN_COLUMNS = ["run_id", "mlflow_run_id", "name", "sweep", "arm", "group", "seed", "G", "state", "spec_hash"]
 METRIC_COLUMNS = ["run_id", "step", "key", "value"]
 _RAW_METRIC_COLUMNS = ["mlflow_run_id", "step", "key", "value", "timestamp"]
@@ -252,6 +253,8 @@ def _typed_runs_frame(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     axis_columns = sorted(column for column in frame.columns if column.startswith("axis."))
     frame = frame.reindex(columns=RUN_COLUMNS + axis_columns)
+    if frame.empty:  # nothing to infer from: give text columns a text dtype, not float64
+        frame = frame.astype(dict.fromkeys(TEXT_COLUMNS, str))
     for column in INT_COLUMNS:
         numbers = pd.to_numeric(frame[column], errors="coerce").astype("Int64")
         frame[column] = numbers.astype("int64") if len(numbers) and numbers.notna().all() else numbers
