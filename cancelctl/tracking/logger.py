@@ -43,7 +43,9 @@ class RunLogger:
     `flush` uploads the buffer (≤1000 points per log_batch) and records the watermark in
     sync_state.json. Construction marks the MLflow run RUNNING (pass mark_running=False not to).
 
-    With `mlflow_run_id=None` the logger finds or creates the MLflow run from `run_dir/run.json`.
+    `flush_every` counts points (not steps); a flush also happens when `flush_interval_s` has passed
+    since the last one, so the MLflow UI stays current on slow runs. With `mlflow_run_id=None` the
+    logger finds or creates the MLflow run from `run_dir/run.json`.
     Usable as a context manager: closes FINISHED, or FAILED/KILLED on an exception.
     """
 
