@@ -1,0 +1,30 @@
+"""verl backend: spec → Hydra overrides for `python -m verl.trainer.main_ppo`, and offline validation.
+
+Importing this package is cheap (no hydra, no verl); `validate_runs` imports Hydra, and verl once per
+process for its deeper checks. `config.py` imports verl and is only loaded by verl itself (as the
+`_target_` of `actor.policy_loss`).
+"""
+
+from cancelctl.backends.verl.compose import SKIPPED, RunIssue, ValidationResult, validate_runs, verl_available
+from cancelctl.backends.verl.render import (
+    VerlRenderError,
+    config_name,
+    format_command,
+    launch_blockers,
+    render_command,
+    render_overrides,
+)
+
+__all__ = [
+    "SKIPPED",
+    "RunIssue",
+    "ValidationResult",
+    "VerlRenderError",
+    "config_name",
+    "format_command",
+    "launch_blockers",
+    "render_command",
+    "render_overrides",
+    "validate_runs",
+    "verl_available",
+]
