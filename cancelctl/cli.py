@@ -169,6 +169,50 @@ def render(
         typer.echo(json.dumps(target.to_json(), indent=2))
 
 
+# ---------------------------------------------------------------- results verbs
+
+
+@app.command()
+def report(
+    sweep: Optional[str] = typer.Argument(None, help="Sweep name (default: the latest sweep of the work dir)."),
+    baseline: str = typer.Option(..., "--baseline", "-b", help="Arm every other arm is compared against."),
+    threshold: Optional[float] = typer.Option(None, "--threshold", "-k", help="Reward threshold kappa for Compute@Reward."),
+    compute: str = typer.Option("tokens", "--compute", help="Compute axis: tokens | updates | hours."),
+    metric: str = typer.Option("critic/score/mean", "--metric", help="Training reward metric key."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default: results/<sweep>)."),
+    allow_unmatched: bool = typer.Option(False, help="Report arms that are not compute-matched (tables say so)."),
+    uri: Optional[str] = typer.Option(None, "--uri", help="MLflow tracking URI (default: the sweep's store)."),
+    workdir: Optional[Path] = WorkdirOpt,
+) -> None:
+    """Compute-matched comparison tables, bootstrap CIs, paired tests, Compute@Reward, Jitter2, plots."""
+    from cancelctl.reporting import report_sweep
+
+    try:
+        result = report_sweep(
+            workdir_path(workdir), sweep, baseline=baseline, threshold=threshold, compute=compute, metric=metric,
+            out=out, allow_unmatched=allow_unmatched, uri=uri, console=console,
+        )
+    except SpecError as exc:
+        fail_input(exc)
+    console.print(f"report written to {result.out_dir}/ (report.md, report.html, tables/, plots/)", highlight=False)
+
+
+@app.command()
+def sync(
+    workdir: Optional[Path] = WorkdirOpt,
+    uri: Optional[str] = typer.Option(None, "--uri", help="Upload to this MLflow store (default: each run's own)."),
+) -> None:
+    """Upload metrics that never reached MLflow (store was down) from the run folders' JSONL."""
+    from cancelctl.tracking import sync as sync_runs
+
+    result = sync_runs(workdir_path(workdir), uri)
+    for run in result.runs.values():
+        state = f"[red]{run.error}[/]" if run.error else f"{run.uploaded} points" + (" (run created)" if run.created else "")
+        console.print(f"{run.run_id}  {state}", highlight=False)
+    console.print(f"uploaded {result.uploaded} points from {len(result.runs)} run folders", highlight=False)
+    raise typer.Exit(1 if result.failed else 0)
+
+
 def main() -> None:  # console script
     try:
         app()
