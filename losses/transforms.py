@@ -119,7 +119,7 @@ def apply_transform(
         raise TypeError(f"transform {name!r}: unknown options {sorted(unknown)} (only eps1)")
     w, a = weights.to(torch.float64), advantages.to(torch.float64)
     out = fn(w, a, index, **options)
-    degenerate = group_sum(a * a, index) == 0
+    degenerate = group_sum((a != 0).to(a.dtype), index) == 0  # Â ≡ 0 in the group
     return torch.where(degenerate[index.inverse], w, out)
 
 

@@ -15,20 +15,20 @@ from typing import Any, Callable
 import torch
 
 from losses.advantages import token_advantages
-from losses.ratios import token_ratio
+from losses.ratios import compute_float, token_ratio
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
 
 def tis_weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, cap: float = 2.0) -> torch.Tensor:
     """Truncated importance sampling w = min(ρ, C), ρ = π_train(θ_old)/π_infer(θ_old) [H eq. 5]."""
-    return torch.clamp(token_ratio(old_log_prob.detach().float(), rollout_log_prob.detach().float()), max=cap)
+    return torch.clamp(token_ratio(compute_float(old_log_prob.detach()), compute_float(rollout_log_prob.detach())), max=cap)
 
 
 def delta_weights(old_log_prob: torch.Tensor, delta: float, p_low: float = 0.1) -> torch.Tensor:
     """φ = δ on tokens with π_train(o | θ_old) < π_low, else 1 [H eq. 17-18]."""
-    low = torch.exp(old_log_prob.detach().float()) < p_low
-    return torch.where(low, float(delta), 1.0)
+    probs = torch.exp(compute_float(old_log_prob.detach()))  # fp64 stays fp64: the boundary is exact
+    return torch.where(probs < p_low, float(delta), 1.0).to(probs.dtype)
 
 
 def noise_weights(
