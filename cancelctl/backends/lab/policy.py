@@ -1,0 +1,131 @@
+"""The lab policy: a tiny pre-LN causal transformer, plus the per-token log-probs RL needs.
+
+Sequences are [left-padded prompt | right-padded response]: every response starts at the same
+column, so response log-probs are one slice of the logits. Positions count from each row's first
+real token, so left padding does not shift a prompt. The unembedding (`lm_head`) is untied and has
+no bias: its per-token gradient is the outer product g_t h_tᵀ, whose norm the energy metric uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    vocab_size: int
+    max_len: int
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        B, L, D = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(B, L, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
+        if cache is not None:
+            k, v = cache.extend(k, v)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        x = x + self.proj(att.transpose(1, 2).reshape(B, L, D))
+        return x + self.mlp(self.ln2(x))
+
+
+class KVCache:
+    """Keys/values of one layer for incremental decoding (generation only)."""
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+
+class TinyCausalLM(nn.Module):
+    def __init__(self, cfg: PolicyConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg.d_model, cfg.n_heads) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.apply(_init)
+
+    def forward(self, ids: torch.Tensor, valid: torch.Tensor, return_hidden: bool = False):
+        """ids, valid: [B, L] (valid = not padding). Returns logits [B, L, V] (and final hidden [B, L, D])."""
+        L = ids.shape[1]
+        positions = (valid.long().cumsum(-1) - 1).clamp(min=0)
+        causal = torch.ones(L, L, dtype=torch.bool, device=ids.device).tril()
+        # a padding query attends to itself only, so no row of the mask is empty (NaN-free softmax)
+        keys = valid[:, None, None, :] | torch.eye(L, dtype=torch.bool, device=ids.device)
+        attn_mask = causal & keys
+        x = self.tok_emb(ids) + self.pos_emb(positions)
+        for block in self.blocks:
+            x = block(x, attn_mask)
+        h = self.ln_f(x)
+        logits = self.lm_head(h)
+        return (logits, h) if return_hidden else logits
+
+    def decode_step(
+        self, ids: torch.Tensor, positions: torch.Tensor, key_valid: torch.Tensor, caches: list[KVCache]
+    ) -> torch.Tensor:
+        """Incremental forward of new columns `ids` [B, l] given cached keys; key_valid [B, cached + l].
+        Returns logits [B, l, V]. The first call (empty caches) is the prompt pass."""
+        l, Lk = ids.shape[1], key_valid.shape[1]
+        causal = torch.ones(l, Lk, dtype=torch.bool, device=ids.device).tril(diagonal=Lk - l)
+        self_key = torch.zeros(l, Lk, dtype=torch.bool, device=ids.device)
+        self_key[:, Lk - l :] = torch.eye(l, dtype=torch.bool)
+        attn_mask = causal & (key_valid[:, None, None, :] | self_key)
+        x = self.tok_emb(ids) + self.pos_emb(positions)
+        for block, cache in zip(self.blocks, caches):
+            x = block(x, attn_mask, cache)
+        return self.lm_head(self.ln_f(x))
+
+
+def _init(module: nn.Module) -> None:
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+@dataclass
+class ResponseOutput:
+    log_prob: torch.Tensor  # [N, T] log π(y_t | y_<t, x) of the taken tokens, at the temperature
+    logits: torch.Tensor  # [N, T, V] raw lm_head outputs that predicted them (before temperature)
+    hidden: torch.Tensor  # [N, T, D] final hidden states feeding lm_head
+
+
+def response_forward(
+    model: TinyCausalLM, ids: torch.Tensor, valid: torch.Tensor, prompt_len: int, temperature: float = 1.0
+) -> ResponseOutput:
+    """Log-probs of the response tokens (columns prompt_len..) under `model`, at the sampling temperature
+    (verl divides logits by the rollout temperature before log-softmax, so π_train matches π_infer)."""
+    logits, hidden = model(ids, valid, return_hidden=True)
+    logits = logits[:, prompt_len - 1 : -1]
+    targets = ids[:, prompt_len:]
+    log_prob = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return ResponseOutput(log_prob=log_prob, logits=logits, hidden=hidden[:, prompt_len - 1 : -1])
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """[N, T] entropy of the softmax over the vocabulary."""
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(-1)
