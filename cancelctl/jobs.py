@@ -1,0 +1,261 @@
+"""What runs inside a job: one RunSpec, from its run folder, through its backend, into tracking.
+
+`RunJob(run_dir, token)` is the picklable callable the executors hand to submitit (SLURM array task,
+local process) or call in-process (debug). It reads `run.json` (written at launch), opens a
+`RunLogger`, calls `cancelctl.backends.<backend>.train(run, run_dir, logger, cache_dir)` and closes
+the logger with the outcome. It is a submitit `Checkpointable`: on preemption or timeout (USR2)
+submitit requeues the same call and the backend resumes from `run_dir/checkpoint.pt`; a plain
+`scontrol requeue` restarts the job the same way.
+
+Outcome files in the run folder (read by `cancelctl status`):
+    result.json     the backend's final metrics, written last: its presence means "completed"
+    error.txt       "FAILED <when>: <exception>" or "INTERRUPTED ..." then the traceback
+    job.json        the current attempt: pid, process start, host, job id, token
+    attempts.jsonl  one "start" and one "end" line per attempt (requeues, retries)
+
+Failures are never swallowed: the exception is written to error.txt, the MLflow run is closed
+FAILED, and the exception propagates so the scheduler marks the job failed.
+
+`python -m cancelctl.jobs slurm <submitit folder> <token>` is the command in the sbatch script: it
+links the array task's pickle (written before sbatch, named by token and index) to the path
+submitit's runtime expects, then hands over to submitit. The job therefore never depends on the
+launcher surviving after sbatch (plain submitit moves the pickles after sbatch returns).
+`python -m cancelctl.jobs local <folder>` is the same for submitit's local executor.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from submitit.helpers import Checkpointable, DelayedSubmission
+
+RUN_JSON = "run.json"
+RESULT_JSON = "result.json"
+ERROR_TXT = "error.txt"
+JOB_JSON = "job.json"
+ATTEMPTS_JSONL = "attempts.jsonl"
+CHECKPOINT = "checkpoint.pt"
+
+
+class RunJob(Checkpointable):
+    """Run the RunSpec stored in `run_dir/run.json`. `threads` caps torch's intra-op threads
+    (set from the cores the job owns, so parallel local runs do not oversubscribe the CPU)."""
+
+    def __init__(self, run_dir: str | Path, token: str, threads: int | None = None) -> None:
+        self.run_dir = str(run_dir)
+        self.token = token
+        self.threads = threads
+
+    def __call__(self) -> dict[str, float]:
+        return run_in_folder(Path(self.run_dir), token=self.token, threads=self.threads)
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
+        # The backend checkpoints itself every lab.checkpoint_every steps; the requeued call reads
+        # that checkpoint. Nothing to save here: metrics.jsonl is flushed line by line.
+        return DelayedSubmission(RunJob(self.run_dir, self.token, self.threads))
+
+    def __repr__(self) -> str:
+        return f"RunJob({self.run_dir!r}, token={self.token!r})"
+
+
+def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None) -> dict[str, float]:
+    from cancelctl.plan import RunSpec
+    from cancelctl.tracking import RunLogger
+
+    record = json.loads((run_dir / RUN_JSON).read_text(encoding="utf-8"))
+    run = RunSpec.from_json(record["run"])
+    cache_dir = Path(record["cache_dir"])
+    _start_attempt(run_dir, token)
+    (run_dir / RESULT_JSON).unlink(missing_ok=True)
+    if threads:
+        _limit_threads(threads)
+    logger = RunLogger(run_dir, record["tracking_uri"], record.get("mlflow_run_id"))
+    try:
+        train = backend_train(run.spec.backend)
+        result = train(run, run_dir, logger, cache_dir)
+    except KeyboardInterrupt:  # local cancel / Ctrl-C: resumable, not a failure of the run
+        _write_error(run_dir, "INTERRUPTED")
+        logger.close("KILLED")
+        _end_attempt(run_dir, token, "interrupted")
+        raise
+    except SystemExit:  # submitit's preemption/timeout handler requeued this job and exits
+        logger.flush()
+        _end_attempt(run_dir, token, "requeued")
+        raise
+    except BaseException:
+        _write_error(run_dir, "FAILED")
+        logger.close("FAILED")
+        _end_attempt(run_dir, token, "failed")
+        raise
+    result = {str(k): float(v) for k, v in (result or {}).items()}
+    logger.close("FINISHED")
+    _atomic_json(run_dir / RESULT_JSON, {"metrics": result, "finished_at": time.time(), "token": token})
+    _end_attempt(run_dir, token, "finished")
+    return result
+
+
+def backend_train(name: str):
+    """`cancelctl.backends.<name>.train`, imported only when a job runs (verl costs ~11 s)."""
+    module = importlib.import_module(f"cancelctl.backends.{name}")
+    train = getattr(module, "train", None)
+    if train is None:
+        raise NotImplementedError(f"backend {name!r} has no job entry (cancelctl.backends.{name}.train)")
+    return train
+
+
+def current_job_id() -> str | None:
+    """The scheduler's id of this process's job: '812_3' for SLURM array task 3, the controller pid
+    for submitit's local executor, None in-process (debug)."""
+    env = os.environ
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env.get("SLURM_JOB_ID") or env.get("SUBMITIT_LOCAL_JOB_ID")
+
+
+def process_start(pid: int) -> int | None:
+    """Start time of process `pid` in clock ticks since boot (None if it does not exist).
+    Together with the pid it names one process for good: pids are reused, start times are not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may contain spaces
+    if fields[0] in ("Z", "X"):  # exited (zombie): not running any more
+        return None
+    return int(fields[19])
+
+
+def process_alive(pid: int | None, start: int | None) -> bool:
+    return pid is not None and start is not None and process_start(pid) == start
+
+
+# ---------------------------------------------------------------------------------- run files
+
+
+def _start_attempt(run_dir: Path, token: str) -> None:
+    pid = os.getpid()
+    job = {
+        "token": token,
+        "pid": pid,
+        "start": process_start(pid),
+        "host": socket.gethostname(),
+        "job_id": current_job_id(),
+        "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
+        "started_at": time.time(),
+    }
+    _atomic_json(run_dir / JOB_JSON, job)
+    _append_jsonl(run_dir / ATTEMPTS_JSONL, {"event": "start", **job})
+
+
+def _end_attempt(run_dir: Path, token: str, outcome: str) -> None:
+    _append_jsonl(run_dir / ATTEMPTS_JSONL, {"event": "end", "token": token, "outcome": outcome, "ts": time.time()})
+
+
+def _write_error(run_dir: Path, kind: str) -> None:
+    exc_type, exc, _ = sys.exc_info()
+    when = datetime.datetime.now().isoformat(timespec="seconds")
+    summary = f"{exc_type.__name__}: {exc}" if exc_type is not None else "unknown error"
+    text = f"{kind} {when} job {current_job_id() or 'in-process'}: {summary.splitlines()[0] if summary else ''}\n"
+    (run_dir / ERROR_TXT).write_text(text + traceback.format_exc(), encoding="utf-8")
+
+
+def read_error(run_dir: Path) -> tuple[str, str] | None:
+    """(kind, first line) of error.txt: kind is FAILED or INTERRUPTED."""
+    try:
+        first = (run_dir / ERROR_TXT).read_text(encoding="utf-8").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    kind, _, rest = first.partition(" ")
+    return kind, first
+
+
+def read_attempts(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / ATTEMPTS_JSONL
+    if not path.exists():
+        return []
+    lines = []
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        try:
+            lines.append(json.loads(raw))
+        except ValueError:  # torn last line of a killed attempt
+            continue
+    return lines
+
+
+def _limit_threads(threads: int) -> None:
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(max(1, int(threads)))
+
+
+def _atomic_json(path: Path, data: Any) -> None:
+    from cancelctl.manifest import atomic_write_json
+
+    atomic_write_json(path, data)
+
+
+def _append_jsonl(path: Path, data: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(data, sort_keys=True) + "\n")
+
+
+# ---------------------------------------------------------------------------------- job entry
+
+
+def submitit_entry(folder: str, token: str | None = None) -> None:
+    """Run submitit's job runtime (signal handling, checkpoint/requeue, result pickle) on `folder`.
+    With a token (SLURM array task): first adopt the pickle written before sbatch as
+    `<token>_<task index>.pkl`, under the name submitit's runtime expects."""
+    from submitit.core.submission import process_job
+
+    if token is not None:
+        _adopt_array_pickle(folder, token)
+    process_job(folder)
+
+
+def _adopt_array_pickle(folder: str, token: str) -> None:
+    from submitit.core.utils import JobPaths
+
+    task, job_id = os.environ.get("SLURM_ARRAY_TASK_ID"), current_job_id()
+    if task is None or job_id is None:
+        raise RuntimeError("python -m cancelctl.jobs slurm ... must run as a SLURM array task")
+    submitted = JobPaths(folder, job_id=job_id).submitted_pickle
+    if not submitted.exists():  # first start; after a requeue submitit's own checkpoint is there
+        try:
+            os.link(Path(folder) / f"{token}_{task}.pkl", submitted)
+        except FileExistsError:
+            pass
+
+
+def main(argv: list[str]) -> None:
+    """`python -m cancelctl.jobs slurm FOLDER TOKEN` (sbatch scripts) or `... local FOLDER` (local
+    executor). Exits with os._exit once submitit has written the result: tearing down torch and
+    MLflow at interpreter exit costs seconds per run and does nothing useful."""
+    if len(argv) not in (2, 3) or argv[0] not in ("slurm", "local"):
+        sys.exit("usage: python -m cancelctl.jobs slurm FOLDER TOKEN | local FOLDER")
+    code = 0
+    try:
+        submitit_entry(argv[1], argv[2] if argv[0] == "slurm" else None)
+    except SystemExit as exc:  # submitit requeued the job (preemption/timeout) and exits
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # already in error.txt and submitit's result pickle; show it in the log too
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code & 0xFF)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,84 @@
+"""Run folders and MLflow runs, made when a sweep is launched (before anything is submitted)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from cancelctl.jobs import ERROR_TXT, RUN_JSON
+from cancelctl.launch.layout import SweepPaths
+from cancelctl.plan import RunSpec, flatten
+
+log = logging.getLogger("cancelctl.launch")
+
+
+def tracking_target(run: RunSpec, workdir: Path) -> tuple[str, str]:
+    """(MLflow URI, experiment) of a run: the spec's, else the work dir's sqlite store and the sweep name."""
+    from cancelctl.tracking import resolve_tracking_uri
+
+    return resolve_tracking_uri(run.spec.tracking.uri, workdir), run.spec.tracking.experiment or run.sweep
+
+
+def run_tags(run: RunSpec) -> dict[str, str]:
+    return {
+        "cancelctl.sweep": run.sweep,
+        "cancelctl.arm": run.arm,
+        "cancelctl.seed": str(run.seed),
+        "cancelctl.group": run.group,
+        "cancelctl.G": str(run.G),
+        "cancelctl.spec_hash": run.spec_hash,
+        "cancelctl.axes": json.dumps(run.axes, sort_keys=True, default=str),
+        "cancelctl.run_id": run.run_id,
+    }
+
+
+def prepare_run(paths: SweepPaths, run: RunSpec, warnings: list[str]) -> Path:
+    """Write run.json and create the run's MLflow run (idempotent: an existing MLflow run of the
+    same store is reused). A store that cannot be reached now is a warning, not a failure: the job
+    creates the MLflow run from run.json when it starts, or `cancelctl sync` does later."""
+    from cancelctl.tracking import create_run, write_run_json
+
+    run_dir = paths.run_dir(run.run_id)
+    uri, experiment = tracking_target(run, paths.workdir)
+    params = flatten(run.spec.model_dump(mode="json"))
+    tags = run_tags(run)
+    previous = _read_json(run_dir / RUN_JSON)
+    mlflow_run_id = previous.get("mlflow_run_id") if previous.get("tracking_uri") == uri else None
+    if previous.get("experiment") != experiment:
+        mlflow_run_id = None
+    if mlflow_run_id is None:
+        try:
+            mlflow_run_id = create_run(uri, experiment, run_id=run.run_id, name=run.name, tags=tags, params=params)
+        except Exception as exc:  # noqa: BLE001 - reported below; the run still gets its folder
+            warnings.append(f"{run.name}: MLflow run not created in {uri} ({type(exc).__name__}: {exc}); the job retries")
+            log.warning(warnings[-1])
+    write_run_json(
+        run_dir,
+        run_id=run.run_id,
+        name=run.name,
+        experiment=experiment,
+        tags=tags,
+        params=params,
+        mlflow_run_id=mlflow_run_id,
+        tracking_uri=uri,
+        run=run.to_json(),
+        cache_dir=str(paths.cache_dir),
+        workdir=str(paths.workdir),
+    )
+    return run_dir
+
+
+def archive_error(run_dir: Path) -> None:
+    """Keep the last failure's error.txt as error.prev.txt: a resubmitted run starts without one."""
+    error = run_dir / ERROR_TXT
+    if error.exists():
+        error.replace(run_dir / "error.prev.txt")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}

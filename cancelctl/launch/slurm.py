@@ -1,0 +1,360 @@
+"""SLURM through submitit: sbatch parameters from the cluster spec, array scripts, job states.
+
+Rendering is submitit's own (`_make_sbatch_string`, the function behind `SlurmExecutor`), so
+every parameter name and check is submitit's; the job side is submitit's runtime too (signal
+handling, `Checkpointable` requeue, result pickles). What cancelctl does itself is the 20 lines
+of submission glue, for crash safety: the array's pickles are written under a per-submission token
+BEFORE sbatch and the job adopts them (`python -m cancelctl.jobs`), sbatch inherits the sweep's
+submit lock, and the job name carries the token so a job id lost with a killed launcher is found
+again (`find_by_name`). Plain `map_array` moves pickles after sbatch returns: a launcher killed in
+that window leaves tasks that fail after 60 s.
+
+Scheduler calls all have timeouts; states come from ONE `sacct` call per poll for a whole sweep
+(squeue only for arrays sacct does not show yet, or when accounting is off).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cancelctl.errors import SpecError, SpecIssue
+from cancelctl.spec import ExperimentSpec
+
+SBATCH_TIMEOUT_S = 60
+QUERY_TIMEOUT_S = 30
+DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default when scontrol cannot be asked
+# Parameters cancelctl sets itself; `cluster.additional` must not override them.
+RESERVED = {"array", "job_name", "job-name", "output", "error", "open-mode", "comment", "map_count", "wckey"}
+_FLAG = re.compile(r"^[a-z][a-z0-9_-]*$")
+
+# Fault injection for the crash-safety tests (seconds to pause at the named point).
+PAUSE_BEFORE_SBATCH = "CANCELCTL_FAULT_PAUSE_BEFORE_SBATCH"
+PAUSE_AFTER_SBATCH = "CANCELCTL_FAULT_PAUSE_AFTER_SBATCH"
+
+
+class SchedulerError(RuntimeError):
+    """A SLURM command failed or timed out (exit 1 at the CLI)."""
+
+
+# ---------------------------------------------------------------------------------- parameters
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What an array needs from SLURM: submitit parameters plus the python command. Runs with equal
+    shapes share an array."""
+
+    parameters: dict[str, Any]
+    python: str
+
+    @property
+    def key(self) -> str:
+        import json
+
+        return json.dumps([self.parameters, self.python], sort_keys=True, default=str)
+
+
+def slurm_available() -> bool:
+    return all(shutil.which(cmd) for cmd in ("sbatch", "sacct", "squeue", "scancel", "scontrol"))
+
+
+def job_shape(spec: ExperimentSpec, workdir: Path) -> JobShape:
+    """submitit SlurmExecutor parameters for a run (names as in submitit's `update_parameters`)."""
+    from submitit.slurm.slurm import _convert_mem
+
+    cluster = spec.cluster
+    params: dict[str, Any] = {
+        "time": cluster.time_min,
+        "nodes": cluster.nodes,
+        "cpus_per_task": cluster.cpus_per_task,
+        "array_parallelism": cluster.array_parallelism,
+        "stderr_to_stdout": False,
+    }
+    optional = {
+        "partition": cluster.partition,
+        "account": cluster.account,
+        "qos": cluster.qos,
+        "gpus_per_node": cluster.gpus_per_node or None,
+        "mem": _convert_mem(cluster.mem_gb) if cluster.mem_gb else None,
+        "setup": list(cluster.setup) or None,
+    }
+    params.update({k: v for k, v in optional.items() if v is not None})
+    python = shlex.quote(sys.executable)
+    if cluster.container_image:
+        image, mounts = cluster.container_image, f"{workdir}:{workdir}"
+        # the image brings its own python with cancelctl installed; the work dir is mounted as is
+        if cluster.container_runtime == "pyxis":
+            params["srun_args"] = [f"--container-image={image}", f"--container-mounts={mounts}", f"--container-workdir={workdir}"]
+            python = "python"
+        else:  # apptainer: the python command itself runs in the image
+            gpu = " --nv" if cluster.gpus_per_node else ""
+            python = f"apptainer exec{gpu} --bind {shlex.quote(mounts)} {shlex.quote(image)} python"
+    # `additional`: submitit's own parameter names go through submitit; anything else is passed as
+    # a raw sbatch flag (submitit's `additional_parameters`).
+    valid = submitit_parameter_names()
+    raw: dict[str, Any] = {}
+    for key, value in cluster.additional.items():
+        if key in valid and key not in RESERVED:
+            params[key] = value
+        else:
+            raw[key] = value
+    if raw:
+        params["additional_parameters"] = raw
+    return JobShape(params, python)
+
+
+@functools.lru_cache(maxsize=1)
+def submitit_parameter_names() -> frozenset[str]:
+    from submitit.slurm.slurm import _get_default_parameters
+
+    return frozenset(_get_default_parameters())
+
+
+def check_shape(shape: JobShape, where: str = "cluster") -> None:
+    """Refuse parameters submitit (or sbatch's option syntax) would not accept, before anything is
+    submitted: SpecError (exit 2) naming the bad key."""
+    issues = []
+    valid = submitit_parameter_names()
+    for key in shape.parameters:
+        if key not in valid:
+            issues.append(SpecIssue(None, f"{where}.{key}", f"not a submitit SLURM parameter; valid: {', '.join(sorted(valid))}"))
+    for key, value in (shape.parameters.get("additional_parameters") or {}).items():
+        if not _FLAG.match(str(key)):
+            issues.append(SpecIssue(None, f"{where}.additional.{key}", "not an sbatch option name (letters, digits, '-')"))
+        elif key.replace("-", "_") in RESERVED:
+            issues.append(SpecIssue(None, f"{where}.additional.{key}", "set by cancelctl (array, job name, logs); remove it"))
+        if "\n" in str(value):
+            issues.append(SpecIssue(None, f"{where}.additional.{key}", "value must be one line"))
+    for line in shape.parameters.get("setup") or []:
+        if "\n" in line:
+            issues.append(SpecIssue(None, f"{where}.setup", f"one shell line per entry, got {line!r}"))
+    if not issues:
+        try:
+            render_sbatch(shape, folder=Path("/nonexistent"), token="check", n_tasks=1, job_name="check", comment="check")
+        except (TypeError, ValueError, AssertionError) as exc:
+            issues.append(SpecIssue(None, where, f"submitit refuses these parameters: {exc}"))
+    if issues:
+        raise SpecError(issues, title="invalid SLURM settings (cluster.*): nothing was submitted")
+
+
+def sbatch_test_only(script: Path) -> str | None:
+    """Ask slurmctld whether it would accept the script (`sbatch --test-only`; nothing is queued).
+    None if it would, else its error."""
+    result = _run(["sbatch", "--test-only", str(script)], timeout=SBATCH_TIMEOUT_S, check=False)
+    if result.returncode == 0:
+        return None
+    return (result.stderr or result.stdout).strip() or f"sbatch --test-only exited {result.returncode}"
+
+
+# ---------------------------------------------------------------------------------- rendering
+
+
+def entry_command(python: str, folder: Path, token: str) -> str:
+    return f"{python} -u -m cancelctl.jobs slurm {shlex.quote(str(folder))} {token}"
+
+
+def render_sbatch(shape: JobShape, *, folder: Path, token: str, n_tasks: int, job_name: str, comment: str) -> str:
+    """The sbatch script of one array (submitit's renderer, our entry command)."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    params = dict(shape.parameters)
+    params.update(job_name=job_name, comment=comment, map_count=n_tasks)
+    return _make_sbatch_string(command=entry_command(shape.python, folder, token), folder=folder, **params)
+
+
+def job_name(sweep: str, token: str) -> str:
+    return f"cancelctl:{sweep}:{token}"
+
+
+def job_comment(sweep: str, run_ids: Sequence[str], limit: int = 1000) -> str:
+    """The run ids in array order (cut to `limit` characters; the manifest holds the full list)."""
+    text = f"cancelctl sweep={sweep} runs={','.join(run_ids)}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@functools.lru_cache(maxsize=1)
+def max_array_size() -> int:
+    """MaxArraySize from `scontrol show config` (array indices must stay below it)."""
+    if not shutil.which("scontrol"):
+        return DEFAULT_MAX_ARRAY_SIZE
+    result = _run(["scontrol", "show", "config"], timeout=QUERY_TIMEOUT_S, check=False)
+    match = re.search(r"^MaxArraySize\s*=\s*(\d+)", result.stdout, re.MULTILINE)
+    return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
+
+
+# ---------------------------------------------------------------------------------- submission
+
+
+def write_array_files(folder: Path, token: str, jobs: Sequence[Any], shape: JobShape, script: str) -> Path:
+    """The array's pickles (`<token>_<index>.pkl`) and script, written before sbatch."""
+    from submitit.core.utils import DelayedSubmission
+
+    folder.mkdir(parents=True, exist_ok=True)
+    timeout_min = shape.parameters.get("time", 5)
+    for index, job in enumerate(jobs):
+        delayed = DelayedSubmission(job)
+        delayed.set_timeout(timeout_min, max_num_timeout=3)
+        tmp = folder / f".{token}_{index}.pkl.tmp"
+        delayed.dump(tmp)
+        os.replace(tmp, folder / f"{token}_{index}.pkl")
+    path = folder / f"{token}_submission.sh"
+    path.write_text(script, encoding="utf-8")
+    return path
+
+
+def sbatch(script: Path, *, lock_fd: int | None = None) -> str:
+    """Submit; returns the job id. The sweep's submit lock (`lock_fd`) is inherited by sbatch, so
+    a launcher killed mid-call still blocks the next launch until sbatch itself has finished."""
+    _pause(PAUSE_BEFORE_SBATCH)
+    pass_fds = (lock_fd,) if lock_fd is not None else ()
+    result = _run(["sbatch", "--parsable", str(script)], timeout=SBATCH_TIMEOUT_S, check=False, pass_fds=pass_fds)
+    if result.returncode != 0:
+        raise SchedulerError(f"sbatch {script.name} failed: {(result.stderr or result.stdout).strip()}")
+    job_id = result.stdout.strip().split(";")[0]  # --parsable: "<id>[;cluster]"
+    if not job_id.isdigit():
+        raise SchedulerError(f"sbatch {script.name}: cannot read a job id from {result.stdout!r}")
+    _pause(PAUSE_AFTER_SBATCH)
+    return job_id
+
+
+def scancel(job_ids: Iterable[str]) -> None:
+    ids = sorted(set(job_ids))
+    if ids:
+        _run(["scancel", *ids], timeout=QUERY_TIMEOUT_S, check=True)
+
+
+# ---------------------------------------------------------------------------------- states
+
+
+@dataclass(frozen=True)
+class TaskState:
+    state: str  # SLURM's word: PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, OUT_OF_MEMORY ...
+    detail: str = ""  # "CANCELLED by 0", exit code, pending reason
+
+
+def task_states(array_ids: Sequence[str]) -> dict[tuple[str, int], TaskState]:
+    """State of every task of the given arrays: one sacct call; squeue only for arrays that sacct
+    does not show (accounting lags ~1 s behind sbatch, or is disabled)."""
+    states: dict[tuple[str, int], TaskState] = {}
+    ids = sorted(set(array_ids))
+    if not ids:
+        return states
+    seen: set[str] = set()
+    result = _run(
+        ["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", ",".join(ids)],
+        timeout=QUERY_TIMEOUT_S,
+        check=False,
+    )
+    if result.returncode == 0:
+        for line in result.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) < 3:
+                continue
+            for array_id, index in expand_job_id(parts[0]):
+                word = parts[1].split()[0] if parts[1] else "UNKNOWN"
+                detail = parts[1] if word != parts[1] else (f"exit {parts[2]}" if parts[2] not in ("", "0:0") else "")
+                states[(array_id, index)] = TaskState(word, detail)
+                seen.add(array_id)
+    missing = [i for i in ids if i not in seen]
+    if missing:
+        states.update(squeue_states(missing))
+    return states
+
+
+def squeue_states(array_ids: Sequence[str]) -> dict[tuple[str, int], TaskState]:
+    """slurmctld's live view (includes jobs finished within MinJobAge)."""
+    states: dict[tuple[str, int], TaskState] = {}
+    for array_id in array_ids:  # squeue fails as a whole on one unknown id: ask one by one
+        result = _run(
+            ["squeue", "-h", "-r", "-t", "all", "-j", array_id, "-o", "%F|%K|%T|%r"],
+            timeout=QUERY_TIMEOUT_S,
+            check=False,
+        )
+        if result.returncode != 0:
+            continue
+        for line in result.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) == 4 and parts[1].isdigit():
+                reason = parts[3] if parts[3] not in ("None", "") else ""
+                states[(parts[0], int(parts[1]))] = TaskState(parts[2], reason)
+    return states
+
+
+def find_by_name(names: Sequence[str], since: float) -> dict[str, str]:
+    """Job name -> array job id, for jobs submitted since `since` (epoch s). Asks slurmctld (squeue,
+    live, includes jobs that sacct has not recorded yet) and the accounting DB (sacct, older jobs)."""
+    found: dict[str, str] = {}
+    if not names:
+        return found
+    joined = ",".join(names)
+    live = _run(["squeue", "-h", "-t", "all", "--name", joined, "-o", "%F|%j"], timeout=QUERY_TIMEOUT_S, check=False)
+    for line in live.stdout.splitlines() if live.returncode == 0 else []:
+        job_id, _, name = line.partition("|")
+        found.setdefault(name, job_id)
+    start = datetime.datetime.fromtimestamp(since - 3600).strftime("%Y-%m-%dT%H:%M:%S")
+    acct = _run(
+        ["sacct", "-X", "-n", "-P", "-S", start, "-E", "now", "--name", joined, "-o", "JobID,JobName"],
+        timeout=QUERY_TIMEOUT_S,
+        check=False,
+    )
+    for line in acct.stdout.splitlines() if acct.returncode == 0 else []:
+        job_id, _, name = line.partition("|")
+        base = re.match(r"\d+", job_id)
+        if base and name in names:
+            found.setdefault(name, base.group(0))
+    if live.returncode != 0 and acct.returncode != 0:
+        raise SchedulerError(f"cannot ask SLURM for jobs {joined}: {live.stderr.strip()} / {acct.stderr.strip()}")
+    return found
+
+
+def expand_job_id(text: str) -> list[tuple[str, int]]:
+    """'812_3' -> [('812', 3)]; '812_[0-2,5%4]' -> [('812', 0), ('812', 1), ('812', 2), ('812', 5)];
+    '812' (not an array) -> [('812', 0)]."""
+    match = re.fullmatch(r"(\d+)_(\d+)", text)
+    if match:
+        return [(match.group(1), int(match.group(2)))]
+    match = re.fullmatch(r"(\d+)_\[([\d,\-]+)(?:%\d+)?\]", text)
+    if match:
+        out = []
+        for part in match.group(2).split(","):
+            low, _, high = part.partition("-")
+            out.extend((match.group(1), i) for i in range(int(low), int(high or low) + 1))
+        return out
+    if text.isdigit():
+        return [(text, 0)]
+    return []  # job steps ('812_3.batch') and anything else
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def _run(cmd: list[str], *, timeout: float, check: bool, pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess:
+    try:
+        result = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, check=False, pass_fds=tuple(pass_fds), stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        raise SchedulerError(f"{' '.join(cmd[:3])} ... did not answer within {timeout:.0f} s") from None
+    except FileNotFoundError:
+        raise SchedulerError(f"{cmd[0]} not found: is this a SLURM login node?") from None
+    if check and result.returncode != 0:
+        raise SchedulerError(f"{' '.join(cmd)} failed ({result.returncode}): {(result.stderr or result.stdout).strip()}")
+    return result
+
+
+def _pause(variable: str) -> None:
+    seconds = float(os.environ.get(variable, "0") or 0)
+    if seconds > 0:
+        time.sleep(seconds)

@@ -1,0 +1,233 @@
+"""The sweep manifest: what was planned, what was handed to which scheduler, under which job ids.
+
+One JSON file per sweep (`<workdir>/sweeps/<sweep>/manifest.json`), rewritten atomically (tmp file,
+fsync, os.replace): a reader sees the old or the new file, never half of one, even if the writer is
+killed. Read-modify-write cycles go through `ManifestStore.update()`, which holds an flock on
+`manifest.lock` so a launcher, a local driver and `cancel` never lose each other's changes.
+
+Crash-safe submission is the reason for the two-step `Submission.state`: "intent" is written
+BEFORE sbatch (or before a local process starts) with a random token that the scheduler job name
+carries; "submitted" with the job id after. A launcher killed in between leaves an intent that the
+next launch resolves by asking the scheduler for the token (`reconcile`): found means adopt the job
+id, not found means the job never reached the scheduler and its runs are submitted again.
+
+Schema (version 1)::
+
+    {"version": 1, "sweep": "lab-demo", "file": "experiments/lab.yaml", "executor": "slurm",
+     "created_at": 1763822400.0, "launched_at": 1763822460.0, "cancelled_at": null,
+     "driver": {"pid": 4242, "start": 1234567} | null,        # local/debug driver process
+     "runs": {"3f2a9c1b7e0d": {"name": "grpo-G=8-s0", "arm": "grpo", "seed": 0, "group": "G=8",
+                               "queued_at": null,           # local: waiting for a free core
+                               "submissions": [["k2v8q1x0aa", 3]],   # (token, array index), oldest first
+                               "cancelled_at": null}},
+     "submissions": {"k2v8q1x0aa": {"token": "k2v8q1x0aa", "executor": "slurm", "state": "submitted",
+                                    "run_ids": ["...", ...],  # array index i runs run_ids[i]
+                                    "job_name": "cancelctl:lab-demo:k2v8q1x0aa", "job_id": "812",
+                                    "created_at": ..., "submitted_at": ..., "error": null,
+                                    "pid_start": null, "resources": {...}}}}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+MANIFEST_VERSION = 1
+LOCK_TIMEOUT_S = 60.0
+
+# Submission.state
+INTENT = "intent"  # recorded before the scheduler call; job_id unknown
+SUBMITTED = "submitted"  # the scheduler accepted it; job_id known
+ABANDONED = "abandoned"  # an intent the scheduler never saw (launcher died before sbatch)
+SUBMIT_FAILED = "submit_failed"  # the scheduler refused it (error says why)
+
+
+def new_token() -> str:
+    """A short random id; the scheduler job name carries it so a lost job id can be found again."""
+    return uuid.uuid4().hex[:10]
+
+
+@dataclass
+class Submission:
+    token: str
+    executor: str
+    run_ids: list[str]
+    state: str = INTENT
+    created_at: float = field(default_factory=time.time)
+    job_name: str | None = None
+    job_id: str | None = None  # slurm: array job id; local: controller pid; debug: launcher pid
+    pid_start: int | None = None  # local/debug: process start time (ticks), guards against pid reuse
+    submitted_at: float | None = None
+    error: str | None = None
+    resources: dict[str, Any] = field(default_factory=dict)
+
+    def task_job_id(self, index: int) -> str | None:
+        """The scheduler's id of one run of this submission ('812_3' for array task 3)."""
+        if self.job_id is None:
+            return None
+        return f"{self.job_id}_{index}" if self.executor == "slurm" else self.job_id
+
+
+@dataclass
+class RunEntry:
+    name: str
+    arm: str
+    seed: int
+    group: str = ""
+    steps: int | None = None  # planned training steps (progress display)
+    queued_at: float | None = None
+    submissions: list[tuple[str, int]] = field(default_factory=list)
+    cancelled_at: float | None = None
+
+    @property
+    def latest(self) -> tuple[str, int] | None:
+        return self.submissions[-1] if self.submissions else None
+
+
+@dataclass
+class Manifest:
+    sweep: str
+    executor: str
+    file: str | None = None
+    created_at: float = field(default_factory=time.time)
+    launched_at: float | None = None
+    cancelled_at: float | None = None
+    driver: dict[str, int] | None = None
+    runs: dict[str, RunEntry] = field(default_factory=dict)
+    submissions: dict[str, Submission] = field(default_factory=dict)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def latest_submission(self, run_id: str) -> tuple[Submission, int] | None:
+        entry = self.runs.get(run_id)
+        if entry is None or entry.latest is None:
+            return None
+        token, index = entry.latest
+        return self.submissions[token], index
+
+    def intents(self) -> list[Submission]:
+        return [s for s in self.submissions.values() if s.state == INTENT]
+
+    # -- changes ---------------------------------------------------------------------------
+
+    def add_submission(self, executor: str, run_ids: list[str], **extra: Any) -> Submission:
+        """Record the intent to submit `run_ids` (in array order) and link each run to it."""
+        sub = Submission(token=new_token(), executor=executor, run_ids=list(run_ids), **extra)
+        self.submissions[sub.token] = sub
+        for index, run_id in enumerate(run_ids):
+            entry = self.runs[run_id]
+            entry.submissions.append((sub.token, index))
+            entry.queued_at = None
+            entry.cancelled_at = None
+        return sub
+
+    # -- (de)serialization -----------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["version"] = MANIFEST_VERSION
+        for entry in data["runs"].values():
+            entry["submissions"] = [list(pair) for pair in entry["submissions"]]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Manifest:
+        version = data.get("version")
+        if version != MANIFEST_VERSION:
+            raise ValueError(f"manifest version {version!r} is not {MANIFEST_VERSION}")
+        runs = {}
+        for run_id, entry in data.get("runs", {}).items():
+            entry = dict(entry)
+            entry["submissions"] = [(str(t), int(i)) for t, i in entry.get("submissions", [])]
+            runs[run_id] = RunEntry(**entry)
+        subs = {token: Submission(**sub) for token, sub in data.get("submissions", {}).items()}
+        fields = {k: v for k, v in data.items() if k not in ("version", "runs", "submissions")}
+        return cls(runs=runs, submissions=subs, **fields)
+
+
+class ManifestBusy(RuntimeError):
+    """Another process held a sweep lock for longer than the timeout."""
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, timeout_s: float = LOCK_TIMEOUT_S, *, what: str = "lock") -> Iterator[int]:
+    """Exclusive flock on `path` with a bounded wait (ManifestBusy after `timeout_s`).
+    Yields the locked fd: pass it to a child (pass_fds) to keep the lock held while the child lives."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise ManifestBusy(f"{what}: {path} held by another process for over {timeout_s:.0f} s") from None
+                time.sleep(0.05)
+        yield fd
+    finally:
+        os.close(fd)  # closing our fd releases the lock unless a child still holds a copy
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Readers see the old or the new file, never a torn one (tmp in the same folder + fsync + replace)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1)  # insertion order = sweep order
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class ManifestStore:
+    """A sweep's manifest file and its lock."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.lock_path = self.path.with_name("manifest.lock")
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def load(self) -> Manifest:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no sweep manifest at {self.path}") from None
+        except ValueError as exc:
+            raise ValueError(f"{self.path}: unreadable manifest ({exc})") from None
+        return Manifest.from_json(data)
+
+    def save(self, manifest: Manifest) -> None:
+        atomic_write_json(self.path, manifest.to_json())
+
+    @contextlib.contextmanager
+    def update(self, create: Manifest | None = None) -> Iterator[Manifest]:
+        """Locked read-modify-write: yields the current manifest (or `create` if there is none yet)
+        and saves it when the block exits without an exception."""
+        with file_lock(self.lock_path, what="sweep manifest"):
+            if self.exists():
+                manifest = self.load()
+            elif create is not None:
+                manifest = create
+            else:
+                raise FileNotFoundError(f"no sweep manifest at {self.path}")
+            yield manifest
+            self.save(manifest)
