@@ -2,7 +2,8 @@
 
 For each run: render (errors → issues), then compose the override list as `main_ppo` would,
 `OmegaConf.resolve`, and, when `import verl` works (CPU is enough), verl's own `validate_config`,
-`omega_conf_to_dataclass` of actor (inside validate_config) / rollout / algorithm, and a look-up of the loss in verl's
+`omega_conf_to_dataclass` of actor / rollout / algorithm with a check of the converted field types
+(field_types.py), and a look-up of the loss in verl's
 registry. Nothing reads the model path or data files.
 
 Cost: composing verl's config from its ~40 YAML files takes ~0.5 s, so the base config is composed
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from cancelctl.backends.verl.field_types import field_type_errors
 from cancelctl.backends.verl.overrides import OverrideSet, Setting
 from cancelctl.backends.verl.render import (
     LOSS_PLUGIN_MODULE,
@@ -98,6 +100,19 @@ def validate_runs(runs: Iterable[RunSpec], *, deep: bool = True) -> ValidationRe
     return result
 
 
+def compose_run(run: RunSpec):
+    """The resolved config verl would run `run` with (an OmegaConf DictConfig); raises on errors."""
+    from omegaconf import OmegaConf
+
+    composer = _composer(verl_config_dir(), deep=False)
+    config, lines = config_name(run), render_override_set(run).lines()
+    cfg, findings = composer._apply_to_base(config, tuple(lines))
+    if findings:
+        cfg = composer.compose(config, lines)  # raises Hydra's error if the findings were real
+    OmegaConf.resolve(cfg)
+    return cfg
+
+
 @dataclass
 class Finding:
     override: str | None
@@ -137,19 +152,20 @@ class VerlComposer:
             return compose(config_name=config, overrides=list(lines))
 
     def compose_findings(self, config: str, lines: tuple[str, ...]) -> list[Finding]:
+        from omegaconf import OmegaConf
+
         cfg, findings = self._apply_to_base(config, lines)
         if findings:
             try:  # the authoritative path: settles group overrides the fast path cannot apply
                 cfg, findings = self.compose(config, list(lines)), []
             except Exception:
-                return findings
-        from omegaconf import OmegaConf
-
+                pass  # real errors; go on checking the config without the bad lines
+        applied = tuple(x for x in lines if x not in {f.override for f in findings})
         try:
             OmegaConf.resolve(cfg)
         except Exception as exc:
-            return [Finding(None, f"interpolation: {_message(exc)}")]
-        return self._verl_checks(cfg, lines) if self.deep else []
+            return [*findings, Finding(None, f"interpolation: {_message(exc)}")]
+        return findings + (self._verl_checks(cfg, applied) if self.deep else [])
 
     def _apply_to_base(self, config: str, lines: tuple[str, ...]):
         from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -162,7 +178,7 @@ class VerlComposer:
             try:
                 ConfigLoaderImpl._apply_overrides_to_config([self._parse_line(line)], cfg)
             except Exception as exc:
-                findings.append(Finding(line, _message(exc)))
+                findings.append(Finding(line, _message(exc) + _did_you_mean(cfg, line)))
         return cfg, findings
 
     def _parse(self, line: str) -> list[Finding]:
@@ -184,29 +200,35 @@ class VerlComposer:
     # ------------------------------------------------------------ verl's own checks
 
     def _verl_checks(self, cfg, lines: tuple[str, ...]) -> list[Finding]:
+        from omegaconf import OmegaConf
+
         tools = _verl_tools()
         if isinstance(tools, str):
             return []
         findings: list[Finding] = []
-        checks = [
-            ("validate_config", lambda: tools.validate_config(
-                cfg, use_reference_policy=tools.need_reference_policy(cfg), use_critic=tools.need_critic(cfg))),
-            ("rollout config", lambda: tools.to_dataclass(cfg.actor_rollout_ref.rollout)),
-            ("algorithm config", lambda: tools.to_dataclass(cfg.algorithm)),
-        ]
-        for what, check in checks:
+        line_of = {x.split("=", 1)[0].lstrip("+"): x for x in lines}
+
+        def attempt(what: str, check):
             try:
                 with _quiet():
-                    check()
+                    return check()
             except Exception as exc:
                 message = _message(exc)
                 findings.append(Finding(_blame(message, lines), f"verl {what}: {message}"))
+                return None
+
+        attempt("validate_config", lambda: tools.validate_config(
+            cfg, use_reference_policy=tools.need_reference_policy(cfg), use_critic=tools.need_critic(cfg)))
+        for section in ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "algorithm"):
+            converted = attempt(f"{section} config", lambda: tools.to_dataclass(OmegaConf.select(cfg, section)))
+            for key, problem in field_type_errors(converted, section, set(line_of)) if converted is not None else []:
+                findings.append(Finding(line_of[key], f"verl {section} config: {problem}"))
         if tools.loss_registry is not None:
             mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
             if mode not in tools.loss_registry:
                 line = next((x for x in lines if x.startswith("actor_rollout_ref.actor.policy_loss.loss_mode=")), None)
                 findings.append(Finding(line, f"loss {mode!r} is not registered in verl (by {LOSS_PLUGIN_MODULE})"))
-        return findings
+        return _unique(findings)
 
     def depth_note(self) -> str:
         if not self.deep:
@@ -274,6 +296,32 @@ def _mask_identity(overrides: OverrideSet) -> OverrideSet:
             s = Setting(s.key, _IDENTITY_PLACEHOLDER[type(s.value)], add=s.add, literal=s.literal)
         masked.settings[key] = s
     return masked
+
+
+def _did_you_mean(cfg, line: str) -> str:
+    """For a key verl does not have: the closest existing keys next to it (typos are the usual cause)."""
+    import difflib
+
+    from omegaconf import DictConfig, OmegaConf
+
+    key = line.split("=", 1)[0].lstrip("+~")
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    if not isinstance(node, DictConfig) or leaf in node:
+        return ""
+    close = difflib.get_close_matches(leaf, [str(k) for k in node.keys()], n=3, cutoff=0.6)
+    return f" (did you mean {' / '.join(f'{parent}.{c}' if parent else c for c in close)}?)" if close else ""
+
+
+def _unique(findings: list[Finding]) -> list[Finding]:
+    """validate_config converts the actor too: one failure must not be reported twice."""
+    seen, out = set(), []
+    for f in findings:
+        text = f.message.split(": ", 1)[-1]
+        if text not in seen:
+            seen.add(text)
+            out.append(f)
+    return out
 
 
 def _blame(message: str, lines: tuple[str, ...]) -> str | None:

@@ -25,6 +25,7 @@ import importlib.util
 import math
 import re
 import shlex
+from pathlib import Path
 
 from cancelctl.backends.verl.overrides import OverrideSet
 from cancelctl.backends.verl.templates import Template, TemplateError, default_template, load_template
@@ -132,7 +133,8 @@ def launch_blockers(run: RunSpec) -> list[str]:
     """Why this run cannot start on a cluster yet, though its config composes (empty = ready)."""
     blockers = []
     if _missing(LOSS_PLUGIN_MODULE):
-        blockers.append(f"{LOSS_PLUGIN_MODULE} (registers {loss_mode(run.spec.algorithm.loss)} in verl) is not installed")
+        loss = loss_mode(run.spec.algorithm.loss)
+        blockers.append(f"{LOSS_PLUGIN_MODULE} (registers {loss} in verl) is not installed")
     if run.spec.batching.strategy == "reward_balanced" and _missing(REWARD_BALANCED_SAMPLER_MODULE):
         blockers.append(
             f"batching.strategy reward_balanced: the V1 sampler {REWARD_BALANCED_SAMPLER_MODULE}."
@@ -142,10 +144,18 @@ def launch_blockers(run: RunSpec) -> list[str]:
 
 
 def _missing(module: str) -> bool:
+    """Whether `a.b.c` is absent, found without importing `a` (losses/ imports torch)."""
+    top, *rest = module.split(".")
     try:
-        return importlib.util.find_spec(module) is None
-    except ModuleNotFoundError:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
         return True
+    if spec is None:
+        return True
+    if not rest:
+        return False
+    base = Path(list(spec.submodule_search_locations or [""])[0]).joinpath(*rest)
+    return not (base.with_suffix(".py").is_file() or (base / "__init__.py").is_file())
 
 
 def _template(run: RunSpec) -> Template:
@@ -188,7 +198,9 @@ def _model(run: RunSpec, out: OverrideSet) -> None:
     else:
         if model.tensor_parallel > 1 or model.pipeline_parallel > 1:
             raise VerlRenderError(
-                run, "model.tensor_parallel", "tensor/pipeline parallel sizes apply to strategy megatron; FSDP shards instead"
+                run,
+                "model.tensor_parallel",
+                "tensor/pipeline parallel sizes apply to strategy megatron; FSDP shards instead",
             )
         out.set(f"{ACTOR}.strategy", model.strategy)
     n_gpus = _n_gpus(run)

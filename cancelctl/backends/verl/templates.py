@@ -61,7 +61,8 @@ def find_template(name: str) -> Path:
         if path.is_file():
             return path
     known = ", ".join(available_templates()) or "none"
-    raise TemplateError(f"unknown verl template {name!r}; available: {known} (searched {', '.join(map(str, template_dirs()))})")
+    searched = ", ".join(map(str, template_dirs()))
+    raise TemplateError(f"unknown verl template {name!r}; available: {known} (searched {searched})")
 
 
 def load_template(name: str, _chain: tuple[str, ...] = ()) -> Template:

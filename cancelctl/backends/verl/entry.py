@@ -1,0 +1,143 @@
+"""In-job entry of a verl run: `train(run, run_dir, logger, cache_dir)`, called by cancelctl.jobs.
+
+Runs the rendered `python -m verl.trainer.main_ppo ...` as a child process with three job-local
+changes (see `job_overrides`):
+- checkpoints go to `<run_dir>/checkpoints` and Hydra's output to `<run_dir>/hydra`, so a requeued
+  job resumes (verl's `trainer.resume_mode` is `auto`) and nothing lands in the launch directory;
+- verl logs to its `file` backend instead of MLflow, and this process forwards each step's
+  metrics to cancelctl's RunLogger (metrics.jsonl record + buffered MLflow, `cancelctl sync` for
+  gaps). The metric keys are verl's own, sanitised as verl's MLflow logger does (`@` → `_at_`).
+  `cancelctl render` shows `trainer.logger=[console,mlflow]`: the same metrics, logged by verl.
+
+Not done here: starting Ray across SLURM nodes (the sbatch template's job: `ray start` on every node
+before this runs; with one node verl's own `ray.init` starts a local cluster) and the SPEC metric
+keys computed from verl's (compute/gen_tokens, mismatch/*), which need verl-side hooks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from cancelctl.backends.verl import render
+from cancelctl.backends.verl.render import config_name, launch_blockers, render_override_set
+from cancelctl.plan import RunSpec
+
+VERL_METRICS = "verl_metrics.jsonl"
+POLL_SECONDS = 5.0
+STOP_GRACE_SECONDS = 30.0
+_ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"
+# verl's MLflow key sanitising (utils/tracking.py), so keys match what verl itself would log.
+_INVALID_KEY_CHARS = re.compile(r"[^/\w.\- :]")
+_SLASHES = re.compile(r"/+")
+
+
+def job_overrides(run: RunSpec, run_dir: Path) -> list[str]:
+    overrides = render_override_set(run)
+    metrics_path = str(run_dir / VERL_METRICS)
+    overrides.set("trainer.logger", ["console", "file"])
+    overrides.set("trainer.default_local_dir", str(run_dir / "checkpoints"))
+    overrides.set("hydra.run.dir", str(run_dir / "hydra"))
+    # The file logger lives in verl's TaskRunner (a Ray actor, any node): pass the path through
+    # Ray's runtime_env as well as our own environment.
+    overrides.set(f"{_ENV_VARS}.VERL_FILE_LOGGER_PATH", metrics_path, add=True)
+    return overrides.lines()
+
+
+def job_command(run: RunSpec, run_dir: Path) -> list[str]:
+    return [*render.VERL_ENTRY, "--config-name", config_name(run), *job_overrides(run, run_dir)]
+
+
+def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = None) -> dict[str, float]:
+    """Run verl to the end; returns the last logged step's metrics. Raises if verl fails."""
+    blockers = launch_blockers(run)
+    if blockers:
+        raise RuntimeError(f"verl run {run.name} cannot start: " + "; ".join(blockers))
+    run_dir = Path(run_dir)
+    # A requeued attempt: the previous one forwarded its lines already (its last pump runs on exit).
+    (run_dir / VERL_METRICS).unlink(missing_ok=True)
+    env = dict(os.environ, VERL_FILE_LOGGER_PATH=str(run_dir / VERL_METRICS))
+    forwarder = MetricsForwarder(run_dir / VERL_METRICS, logger)
+    # Own session: on cancel/requeue the whole tree (verl driver, Ray started by it) is stopped.
+    proc = subprocess.Popen(job_command(run, run_dir), cwd=run_dir, env=env, start_new_session=True)
+    try:
+        while proc.poll() is None:
+            forwarder.pump()
+            time.sleep(POLL_SECONDS)
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
+        forwarder.pump()
+    if proc.returncode != 0:
+        raise RuntimeError(f"verl exited with status {proc.returncode} (run {run.name}; log: job stdout/stderr)")
+    return forwarder.last
+
+
+class MetricsForwarder:
+    """Tails verl's file-logger JSONL ({"step": n, "data": {...}} per line) into a RunLogger."""
+
+    def __init__(self, path: Path, logger: Any):
+        self.path = Path(path)
+        self.logger = logger
+        self.offset = 0
+        self.last: dict[str, float] = {}
+        self.skipped_keys: set[str] = set()
+
+    def pump(self) -> int:
+        """Forward the complete lines written since the last call; returns how many steps."""
+        if not self.path.exists():
+            return 0
+        if self.path.stat().st_size < self.offset:  # rewritten from scratch: start over
+            self.offset = 0
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            chunk = fh.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a half-written last line waits for the next pump
+        self.offset += len(complete)
+        steps = 0
+        for raw in complete.splitlines():
+            if not raw.strip():
+                continue
+            record = json.loads(raw)
+            metrics = self._numeric(record.get("data") or {})
+            if metrics:
+                self.logger.log(int(record["step"]), metrics)
+                self.last = metrics
+                steps += 1
+        return steps
+
+    def _numeric(self, data: dict) -> dict[str, float]:
+        out = {}
+        for key, value in data.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue  # tables / strings: MLflow metrics are numbers
+            name = sanitize_key(str(key))
+            if not name or name.startswith("/") or name.endswith("/") or os.path.normpath(name) != name:
+                self.skipped_keys.add(str(key))
+                continue
+            out[name] = float(value)
+        return out
+
+
+def sanitize_key(key: str) -> str:
+    return _INVALID_KEY_CHARS.sub("_", _SLASHES.sub("/", key.replace("@", "_at_")))[:250]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the child's process group, SIGKILL it after a grace period."""
+    for sig, wait in ((signal.SIGTERM, STOP_GRACE_SECONDS), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue

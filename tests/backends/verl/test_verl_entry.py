@@ -1,0 +1,115 @@
+"""The in-job entry with a stand-in for `python -m verl.trainer.main_ppo` (no GPU, no verl run)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from verl_helpers import as_dict
+
+from cancelctl.backends.verl import entry, render
+from cancelctl.backends.verl.entry import MetricsForwarder, job_command, sanitize_key, train
+
+FAKE_VERL = textwrap.dedent(
+    """
+    import json, os, sys
+    args = sys.argv[1:]
+    with open("argv.json", "w") as fh:
+        json.dump(args, fh)
+    with open(os.environ["VERL_FILE_LOGGER_PATH"], "wb") as fh:
+        for step in (1, 2):
+            data = {"actor/pg_loss": 0.5 / step, "val-core/aime/acc/mean@32": 0.1 * step, "note": "x", "flag": True}
+            fh.write((json.dumps({"step": step, "data": data}) + "\\n").encode())
+    sys.exit(int(os.environ.get("FAKE_VERL_EXIT", "0")))
+    """
+)
+
+
+class ListLogger:
+    def __init__(self):
+        self.points = []
+
+    def log(self, step, metrics):
+        self.points.append((step, dict(metrics)))
+
+
+@pytest.fixture
+def fake_verl(tmp_path, monkeypatch):
+    script = tmp_path / "fake_verl.py"
+    script.write_text(FAKE_VERL)
+    monkeypatch.setattr(render, "VERL_ENTRY", [sys.executable, str(script)])
+    monkeypatch.setattr(entry, "POLL_SECONDS", 0.05)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    return run_dir
+
+
+def test_train_runs_verl_and_forwards_metrics(make_run, fake_verl):
+    logger = ListLogger()
+    result = train(make_run(), fake_verl, logger)
+    assert [step for step, _ in logger.points] == [1, 2]
+    assert logger.points[1][1] == {"actor/pg_loss": 0.25, "val-core/aime/acc/mean_at_32": 0.2}
+    assert result == logger.points[1][1]
+    argv = json.loads((fake_verl / "argv.json").read_text())
+    assert argv[:2] == ["--config-name", "ppo_trainer"]
+    o = as_dict(argv[2:])
+    assert o["trainer.logger"] == "[console,file]"
+    assert o["trainer.default_local_dir"] == str(fake_verl / "checkpoints")
+    assert o["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] == str(fake_verl / entry.VERL_METRICS)
+
+
+def test_train_raises_when_verl_fails(make_run, fake_verl, monkeypatch):
+    monkeypatch.setenv("FAKE_VERL_EXIT", "3")
+    logger = ListLogger()
+    with pytest.raises(RuntimeError, match="status 3"):
+        train(make_run(), fake_verl, logger)
+    assert len(logger.points) == 2  # what was logged before the failure is kept
+
+
+def test_train_refuses_blocked_runs(make_run, fake_verl):
+    with pytest.raises(RuntimeError, match="not implemented yet"):
+        train(make_run("{batching: {strategy: reward_balanced}}"), fake_verl, ListLogger())
+    assert not (fake_verl / "argv.json").exists()
+
+
+def test_forwarder_waits_for_complete_lines(tmp_path):
+    path = tmp_path / "m.jsonl"
+    logger = ListLogger()
+    fwd = MetricsForwarder(path, logger)
+    assert fwd.pump() == 0  # no file yet
+    path.write_bytes(b'{"step": 1, "data": {"a": 1}}\n{"step": 2, "da')
+    assert fwd.pump() == 1
+    with path.open("ab") as fh:
+        fh.write(b'ta": {"a": 2}}\n')
+    assert fwd.pump() == 1 and logger.points == [(1, {"a": 1.0}), (2, {"a": 2.0})]
+
+
+def test_previous_attempts_file_is_not_forwarded_again(make_run, fake_verl):
+    (fake_verl / entry.VERL_METRICS).write_text('{"step": 1, "data": {"old": 1}}\n' * 5)
+    logger = ListLogger()
+    train(make_run(), fake_verl, logger)
+    assert all("old" not in m for _, m in logger.points)
+
+
+def test_sanitize_key_like_verl():
+    assert sanitize_key("val-core/x//y/acc/mean@4") == "val-core/x/y/acc/mean_at_4"
+    assert sanitize_key("a(b)") == "a_b_"
+
+
+def test_job_command_is_the_rendered_one_plus_job_settings(make_run, tmp_path):
+    run = make_run()
+    job = as_dict(job_command(run, tmp_path)[5:])
+    shown = as_dict(render.render_overrides(run))
+    assert {k: v for k, v in job.items() if k in shown and k != "trainer.logger"} == {
+        k: v for k, v in shown.items() if k != "trainer.logger"
+    }
+
+
+def test_stop_kills_the_process_group():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    entry._stop(proc)
+    assert proc.returncode == -signal.SIGTERM

@@ -1,0 +1,225 @@
+"""Spec → verl override list: golden file, mapping of every spec part, refusals (no Hydra needed)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+from verl_helpers import as_dict, run_by_name, verl_runs
+
+from cancelctl.backends.verl import (
+    SKIPPED,
+    VerlRenderError,
+    format_command,
+    launch_blockers,
+    render_command,
+    render_overrides,
+    validate_runs,
+)
+from cancelctl.backends.verl import compose as compose_module
+from cancelctl.backends.verl.render import group_aligned_micro_batch
+
+GOLDEN = Path(__file__).parent / "golden"
+REGENERATE = os.environ.get("CANCELCTL_REGEN_GOLDEN") == "1"
+
+
+def test_golden_group_size_run():
+    """`CANCELCTL_REGEN_GOLDEN=1 pytest tests/backends/verl` rewrites the file; review the diff."""
+    run = run_by_name("group-size.yaml", "dfpo-min-replace-G=8-s0")
+    text = "\n".join(render_command(run)) + "\n"
+    path = GOLDEN / "group-size__dfpo-min-replace-G=8-s0.txt"
+    if REGENERATE:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), "override list changed: rerun with CANCELCTL_REGEN_GOLDEN=1 and review"
+
+
+def test_core_mapping(make_run):
+    run = make_run("{algorithm: {loss: gspo, clip_low: 3.0e-4, clip_high: 4.0e-4, lr: 2.0e-6, ppo_epochs: 2}}")
+    o = as_dict(render_overrides(run))
+    assert o["actor_rollout_ref.model.path"] == "Qwen/Qwen3-4B-Base"
+    assert o["data.train_files"] == "[data/train.parquet]"
+    assert o["data.train_batch_size"] == "32"
+    assert o["actor_rollout_ref.rollout.n"] == "4"
+    assert o["actor_rollout_ref.rollout.name"] == "vllm"
+    assert o["actor_rollout_ref.rollout.response_length"] == "1024"
+    assert o["actor_rollout_ref.actor.policy_loss.loss_mode"] == "cancel_gspo"
+    assert o["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-mean"
+    assert (o["actor_rollout_ref.actor.clip_ratio_low"], o["actor_rollout_ref.actor.clip_ratio_high"]) == ("0.0003", "0.0004")
+    assert o["actor_rollout_ref.actor.ppo_mini_batch_size"] == "16"
+    assert o["actor_rollout_ref.actor.ppo_epochs"] == "2"
+    assert o["actor_rollout_ref.actor.optim.lr"] == "2e-06"
+    assert o["algorithm.adv_estimator"] == "grpo"
+    assert o["trainer.logger"] == "[console,mlflow]"
+    assert o["trainer.project_name"] == "t"
+    assert o["trainer.experiment_name"] == run.name
+    assert o["trainer.total_training_steps"] == "10"
+    assert (o["trainer.nnodes"], o["trainer.n_gpus_per_node"]) == ("1", "8")
+    assert o["actor_rollout_ref.rollout.val_kwargs.n"] == "4"
+    assert o["actor_rollout_ref.actor.data_loader_seed"] == o["data.seed"] == str(run.seed)
+    assert o["actor_rollout_ref.actor.use_kl_loss"] == "false" and "actor_rollout_ref.actor.kl_loss_coef" not in o
+    assert "trainer.use_v1" not in o  # default batching: verl's V1 trainer as shipped
+    assert "trainer.balance_batch" not in o
+
+
+def test_kl_and_entropy(make_run):
+    o = as_dict(render_overrides(make_run("{algorithm: {kl_coef: 0.01, entropy_coef: 0.001}}")))
+    assert o["actor_rollout_ref.actor.use_kl_loss"] == "true"
+    assert o["actor_rollout_ref.actor.kl_loss_coef"] == "0.01"
+    assert o["actor_rollout_ref.actor.entropy_coeff"] == "0.001"
+
+
+def test_megatron_uses_megatron_config_and_parallel_sizes():
+    run = verl_runs("clip-strength.yaml")[0]
+    argv = render_command(run)
+    assert argv[:5] == ["python3", "-m", "verl.trainer.main_ppo", "--config-name", "ppo_megatron_trainer"]
+    o = as_dict(argv[5:])
+    assert o["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == "4"
+    assert o["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "4"
+    assert o["actor_rollout_ref.actor.optim.optimizer"] == "adam"  # megatron's adam = AdamW
+    assert "actor_rollout_ref.actor.strategy" not in o
+
+
+def test_fsdp_uses_default_config():
+    assert render_command(verl_runs("group-size.yaml")[0])[3:5] == ["--config-name", "ppo_trainer"]
+
+
+def test_tis_maps_to_rollout_correction(make_run):
+    o = as_dict(render_overrides(make_run("{algorithm: {tis: {cap: 1.5}}}")))
+    assert o["algorithm.rollout_correction.rollout_is"] == "token"
+    assert o["algorithm.rollout_correction.rollout_is_threshold"] == "1.5"
+
+
+def test_no_tis_no_rollout_correction(make_run):
+    assert not any(k.startswith("algorithm.rollout_correction") for k in as_dict(render_overrides(make_run())))
+
+
+def test_dfpo_options_and_query_preserving_layout(make_run):
+    run = make_run("{algorithm: {loss: dfpo, dfpo: {transform: orth_proj, stop_grad: false, eps1: 0.1}}}", G=8)
+    lines = render_overrides(run)
+    o = as_dict(lines)
+    assert "+actor_rollout_ref.actor.policy_loss.transform=orth_proj" in lines  # added key: needs '+'
+    assert o["actor_rollout_ref.actor.policy_loss._target_"] == "cancelctl.backends.verl.config.CancelPolicyLossConfig"
+    assert o["actor_rollout_ref.actor.policy_loss.stop_grad"] == "false"
+    assert o["actor_rollout_ref.actor.policy_loss.scale"] == "null"
+    assert o["actor_rollout_ref.actor.policy_loss.eps1"] == "0.1"
+    assert o["actor_rollout_ref.actor.policy_loss.group_size"] == "8"
+    # DFPO needs whole groups per micro-batch even with batching: default
+    assert o["trainer.use_v1"] == "false" and o["trainer.balance_batch"] == "false"
+    assert o["actor_rollout_ref.actor.shuffle"] == "false" and o["actor_rollout_ref.actor.use_dynamic_bsz"] == "false"
+    assert o["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "8"  # micro 2 rounded up to G
+
+
+def test_query_preserved_for_grpo(make_run):
+    o = as_dict(render_overrides(make_run("{batching: {strategy: query_preserved}, algorithm: {micro_batch_size_per_gpu: 6}}")))
+    assert o["trainer.use_v1"] == "false" and o["trainer.balance_batch"] == "false"
+    assert o["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "8"  # 6 -> next multiple of G=4
+
+
+def test_group_aligned_micro_batch_values(make_run):
+    assert group_aligned_micro_batch(make_run(G=4).spec) == 4
+    assert group_aligned_micro_batch(make_run("{algorithm: {micro_batch_size_per_gpu: 8}}", G=4).spec) == 8
+    assert group_aligned_micro_batch(make_run("{algorithm: {micro_batch_size_per_gpu: 9}}", G=4).spec) == 12
+
+
+def test_query_preserved_needs_mini_batch_divisible_by_dp(make_run):
+    run = make_run("{batching: {strategy: query_preserved}}", nodes=3)  # 24 GPUs, mini-batch 16
+    with pytest.raises(VerlRenderError, match="divisible by the data-parallel size"):
+        render_overrides(run)
+
+
+def test_reward_balanced_renders_v1_sampler_and_blocks_launch(make_run):
+    run = make_run("{batching: {strategy: reward_balanced, min_frac: 0.3}}")
+    lines = render_overrides(run)
+    o = as_dict(lines)
+    assert o["trainer.v1.sampler.custom_sampler.path"] == "pkg://cancelctl.backends.verl.sampler"
+    assert "+trainer.v1.sampler.sampler_kwargs.min_frac=0.3" in lines
+    assert any("not implemented yet" in b for b in launch_blockers(run))
+
+
+def test_reward_balanced_dfpo_is_refused(make_run):
+    with pytest.raises(VerlRenderError, match="whole groups"):
+        render_overrides(make_run("{algorithm: {loss: dfpo}, batching: {strategy: reward_balanced}}"))
+
+
+def test_wrapper_options(make_run):
+    run = make_run("{algorithm: {inject_delta: {delta: 1.2}, inject_noise: {sigma: 0.2}, probe: negative_only}}")
+    o = as_dict(render_overrides(run))
+    assert o["actor_rollout_ref.actor.policy_loss.inject_delta"] == "1.2"
+    assert o["actor_rollout_ref.actor.policy_loss.inject_delta_p_low"] == "0.1"
+    assert o["actor_rollout_ref.actor.policy_loss.inject_noise_sigma"] == "0.2"
+    assert o["actor_rollout_ref.actor.policy_loss.inject_noise_seed"] == str(run.seed)
+    assert o["actor_rollout_ref.actor.policy_loss.probe"] == "negative_only"
+    assert "actor_rollout_ref.actor.policy_loss.transform" not in o  # dfpo options only for dfpo
+
+
+@pytest.mark.parametrize(
+    "arm, kwargs, match",
+    [
+        ("{}", {"model_extra": ", tensor_parallel: 2"}, "apply to strategy megatron"),
+        ("{model: {dtype: fp32}}", {}, "bf16"),
+        ("{model: {template: nope}}", {}, "unknown verl template 'nope'; available: .*fsdp"),
+        ("{model: {template: megatron}}", {}, "is for strategy megatron"),
+        ("{model: {rollout_tensor_parallel: 3}}", {}, "does not divide"),
+        ("{algorithm: {optimizer: adam, weight_decay: 0.1}}", {"strategy": "megatron"}, "coupled-L2"),
+        ("{cluster: {gpus_per_node: 0}}", {}, "verl needs GPUs"),
+    ],
+)
+def test_refusals_name_the_field(make_run, arm, kwargs, match):
+    run = make_run(arm, **kwargs)
+    with pytest.raises(VerlRenderError, match=match) as err:
+        render_overrides(run)
+    assert run.name in str(err.value) or err.value.run_name == run.name
+
+
+def test_spec_wins_over_template(make_run, tmp_path, monkeypatch):
+    (tmp_path / "tpl" / "verl").mkdir(parents=True)
+    (tmp_path / "tpl" / "verl" / "mine.yaml").write_text(
+        "extends: fsdp\noverrides:\n  actor_rollout_ref.rollout.n: 99\n  trainer.save_freq: 7\n"
+        "  +ray_kwargs.ray_init.runtime_env.env_vars.FOO: ${trainer.project_name}\n"
+    )
+    monkeypatch.setenv("CANCELCTL_TEMPLATES", str(tmp_path / "tpl"))
+    lines = render_overrides(make_run("{model: {template: mine}}"))
+    o = as_dict(lines)
+    assert o["actor_rollout_ref.rollout.n"] == "4"  # the spec's G
+    assert o["trainer.save_freq"] == "7"  # the template overrides its parent
+    assert o["actor_rollout_ref.actor.fsdp_config.param_offload"] == "false"  # from the parent
+    assert "+ray_kwargs.ray_init.runtime_env.env_vars.FOO='${trainer.project_name}'" in lines  # reference kept
+    assert sum(line.split("=", 1)[0].endswith("rollout.n") for line in lines) == 1
+
+
+def test_no_val_files_switches_validation_off(make_run):
+    run = make_run("{data: {val_files: []}}")
+    o = as_dict(render_overrides(run))
+    assert o["data.val_files"] == o["data.train_files"]
+    assert (o["trainer.test_freq"], o["trainer.val_before_train"]) == ("-1", "false")
+
+
+def test_special_characters_are_quoted(make_run):
+    run = make_run("{model: {path: \"/models/my model's=v1\"}, data: {train_files: ['a b.parquet', 'x,y.parquet']}}")
+    o = as_dict(render_overrides(run))
+    assert o["actor_rollout_ref.model.path"] == r"'/models/my model\'s=v1'"
+    assert o["data.train_files"] == "['a b.parquet','x,y.parquet']"
+
+
+def test_format_command_round_trips_through_the_shell(make_run):
+    run = make_run("{model: {path: \"/models/it's $HOME\"}}")
+    argv = render_command(run)
+    text = format_command(argv)
+    assert text.startswith("python3 -m verl.trainer.main_ppo --config-name ppo_trainer \\\n")
+    assert shlex.split(text.replace("\\\n", " ")) == argv
+
+
+def test_every_experiment_renders():
+    for name in ("group-size", "dfpo-vs-gspo", "clip-strength", "delta-injection", "variance-noise", "batching"):
+        for run in verl_runs(f"{name}.yaml"):
+            assert render_overrides(run)
+
+
+def test_validate_without_verl_says_skipped(monkeypatch):
+    monkeypatch.setattr(compose_module, "_has_module", lambda name: name != "verl")
+    result = validate_runs(verl_runs("batching.yaml"))
+    assert result == [] and result.skipped and result.status == SKIPPED
+    assert "pip install 'cancelctl[verl]'" in result.status
