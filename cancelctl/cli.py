@@ -169,6 +169,143 @@ def render(
         typer.echo(json.dumps(target.to_json(), indent=2))
 
 
+# ---------------------------------------------------------------- execution verbs
+
+STATE_STYLE = {"COMPLETED": "green", "FAILED": "bold red", "CANCELLED": "yellow", "RUNNING": "cyan", "PENDING": "dim"}
+
+
+def _states_table(title: str, states) -> Table:
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    for col in ("name", "run_id", "state", "job", "step", "attempts", "reason"):
+        table.add_column(col, no_wrap=col != "reason")
+    for s in states:
+        step = f"{s.step}/{s.steps}" if s.step is not None and s.steps else (str(s.steps or "") and f"-/{s.steps}")
+        style = STATE_STYLE.get(s.state, "")
+        table.add_row(
+            s.name, s.run_id, f"[{style}]{s.state}[/]" if style else s.state, s.job_id or "", step, str(s.attempts), s.reason
+        )
+    return table
+
+
+def _counts(states) -> str:
+    counts: dict[str, int] = {}
+    for s in states:
+        counts[s.state] = counts.get(s.state, 0) + 1
+    return ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items()))
+
+
+class _SweepProgress:
+    """A rich progress bar fed by the launcher's poll callback."""
+
+    def __init__(self, total: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[counts]}"), console=err_console, transient=False,
+        )
+        self.task = self.progress.add_task("runs", total=total, counts="")
+
+    def __call__(self, states) -> None:
+        from cancelctl.launch import TERMINAL
+
+        done = sum(s.state in TERMINAL for s in states)
+        self.progress.update(self.task, completed=done, total=len(states) or None, counts=_counts(states))
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+
+@app.command()
+def sweep(
+    path: Path = typer.Argument(..., help="Sweep file."),
+    executor: Optional[str] = typer.Option(None, "--executor", "-e", help="Override the spec: local | slurm | debug."),
+    workdir: Optional[Path] = WorkdirOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be submitted; submit nothing."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Resubmit exactly the runs that failed."),
+    wait: Optional[bool] = typer.Option(None, "--wait/--no-wait", help="Follow until done (default: yes locally, no on SLURM)."),
+    allow_unmatched: bool = typer.Option(False, help="Run arms that are not compute-matched."),
+) -> None:
+    """Validate, expand and run every arm of a sweep; finished or running runs are never resubmitted."""
+    from cancelctl.launch import SchedulerError, launch_sweep
+
+    if executor not in (None, "local", "slurm", "debug"):
+        fail_input(SpecError(f"--executor {executor!r}: expected local, slurm or debug"))
+    plan_ = load_or_exit(path, allow_unmatched)
+    will_wait = wait if wait is not None else (executor or plan_.runs[0].spec.executor) != "slurm"
+    try:
+        if will_wait and not dry_run:
+            with _SweepProgress(len(plan_.runs)) as progress:
+                result = launch_sweep(plan_, workdir=workdir_path(workdir), executor=executor, dry_run=dry_run,
+                                      retry_failed=retry_failed, wait=wait, progress=progress)
+        else:
+            result = launch_sweep(plan_, workdir=workdir_path(workdir), executor=executor, dry_run=dry_run,
+                                  retry_failed=retry_failed, wait=wait)
+    except SpecError as exc:
+        fail_input(exc)
+    except SchedulerError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(1)
+    for warning in result.warnings:
+        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    verb = "would submit" if result.dry_run else "submitted"
+    console.print(
+        f"{result.sweep} ({result.executor}): {verb} {len(result.submitted)}, "
+        f"skipped {len(result.skipped_finished)} finished, {len(result.skipped_running)} running, "
+        f"{len(result.skipped_failed)} failed" + (" (use --retry-failed)" if result.skipped_failed else "")
+        + (f"; jobs {', '.join(result.job_ids)}" if result.job_ids else ""),
+        highlight=False,
+    )
+    if result.dry_run:
+        names = {r.run_id: r.name for r in plan_.runs}
+        for run_id in result.submitted:
+            console.print(f"  {names.get(run_id, run_id)}  {run_id}", highlight=False)
+    for run_id, why in result.errors.items():
+        err_console.print(f"[bold red]FAILED[/] {run_id}: {why}", highlight=False, markup=True)
+    if result.states and not result.dry_run:
+        console.print(f"{result.sweep}: {_counts(result.states)}", highlight=False)
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@app.command()
+def status(
+    sweep: Optional[str] = typer.Argument(None, help="Sweep name (default: the latest)."),
+    workdir: Optional[Path] = WorkdirOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print states as JSON."),
+) -> None:
+    """Per-run state of a sweep (one sacct call for the whole sweep on SLURM)."""
+    from cancelctl.launch import latest_sweep, sweep_status
+
+    wd = workdir_path(workdir)
+    name = sweep or latest_sweep(wd)
+    if name is None:
+        fail_input(SpecError(f"no sweep has been run in {wd}"))
+    try:
+        states = sweep_status(wd, name)
+    except SpecError as exc:
+        fail_input(exc)
+    if as_json:
+        typer.echo(json.dumps([s.to_json() for s in states], indent=2, default=str))
+        return
+    console.print(_states_table(f"{name}: {_counts(states)}", states))
+
+
+@app.command()
+def cancel(sweep: str = typer.Argument(..., help="Sweep name."), workdir: Optional[Path] = WorkdirOpt) -> None:
+    """Cancel every job of a sweep; nothing is left running."""
+    from cancelctl.launch import cancel_sweep
+
+    try:
+        cancelled = cancel_sweep(workdir_path(workdir), sweep)
+    except SpecError as exc:
+        fail_input(exc)
+    console.print(f"{sweep}: cancelled {len(cancelled)} jobs" + (f" ({', '.join(cancelled)})" if cancelled else ""))
+
+
 # ---------------------------------------------------------------- results verbs
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rich.console import Console
@@ -26,8 +27,9 @@ def report_sweep(
     from cancelctl.tracking import collect, resolve_tracking_uri
 
     sweep = sweep or latest_sweep_name(workdir)
-    uri = uri or sweep_tracking_uri(workdir, sweep) or resolve_tracking_uri(None, workdir)
-    runs, metrics = collect(uri, sweep, workdir)
+    store_uri, experiment = sweep_tracking_target(workdir, sweep)
+    uri = uri or store_uri or resolve_tracking_uri(None, workdir)
+    runs, metrics = collect(uri, experiment, workdir)
     if runs.empty:
         raise SpecError(f"sweep {sweep!r}: no runs found in {uri} or under {workdir}")
     return build_report(
@@ -53,7 +55,15 @@ def latest_sweep_name(workdir: Path) -> str:
     return name
 
 
-def sweep_tracking_uri(workdir: Path, sweep: str) -> str | None:
-    from cancelctl.launch import sweep_tracking_uri as uri_of
+def sweep_tracking_target(workdir: Path, sweep: str) -> tuple[str | None, str]:
+    """(MLflow URI, experiment) the sweep's runs log to, as recorded in their run.json at launch."""
+    from cancelctl.launch.layout import sweep_paths
+    from cancelctl.tracking import RUN_JSON
 
-    return uri_of(workdir, sweep)
+    for run_json in sorted(sweep_paths(workdir, sweep).runs_dir.glob(f"*/{RUN_JSON}")):
+        try:
+            record = json.loads(run_json.read_text())
+        except (OSError, ValueError):
+            continue
+        return record.get("tracking_uri"), record.get("experiment") or sweep
+    return None, sweep
