@@ -162,9 +162,12 @@ def render(
         fail_input(SpecError(f"--run {run!r}: no such run in {path} (see `cancelctl plan {path}`)"))
     target = match[0]
     if target.spec.backend == "verl":
-        from cancelctl.backends.verl import render_command
+        from cancelctl.backends.verl import format_command, render_command
 
-        typer.echo(" \\\n    ".join(render_command(target)))
+        try:
+            typer.echo(format_command(render_command(target)))
+        except SpecError as exc:
+            fail_input(exc)
     else:
         typer.echo(json.dumps(target.to_json(), indent=2))
 

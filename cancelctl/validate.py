@@ -59,17 +59,18 @@ def _compose_verl(results: list[FileResult], verl_runs: dict[Path, list]) -> str
 
     if not verl_available():
         return "verl layer skipped: verl is not installed (pip install 'cancelctl[verl]')"
-    n_runs = 0
+    # One call for all files: verl is imported once and identical override sets compose once.
+    outcome = validate_runs([run for runs in verl_runs.values() for run in runs])
+    by_run: dict[str, list[str]] = {}
+    for issue in outcome:
+        by_run.setdefault(issue.run_id, []).append(str(issue))
     for item in results:
-        runs = verl_runs.get(item.path)
-        if not runs:
-            continue
-        n_runs += len(runs)
-        problems = validate_runs(runs)
+        runs = verl_runs.get(item.path, [])
+        problems = [line for run in runs for line in by_run.get(run.run_id, [])]
         if problems:
             item.ok = False
             item.title = "verl config does not compose"
-            item.lines = [str(p) for p in problems]
-        else:
+            item.lines = problems
+        elif runs:
             item.note += ", verl config composed"
-    return f"verl layer: composed {n_runs} runs against verl's installed config"
+    return outcome.status

@@ -84,3 +84,24 @@ def test_render_lab_run_prints_resolved_spec():
 def test_render_unknown_run_exits_2():
     result = runner.invoke(app, ["render", str(EXPERIMENTS / "lab-demo.yaml"), "--run", "nope"])
     assert result.exit_code == 2 and "no such run" in result.output
+
+
+@pytest.mark.verl
+def test_validate_composes_every_verl_spec_against_verl():
+    """The README's `cancelctl validate experiments/*.yaml`, with verl's real config (CI has verl)."""
+    from cancelctl.backends.verl import verl_available
+
+    if not verl_available():
+        pytest.skip("verl not installed (pip install 'cancelctl[verl]')")
+    result = runner.invoke(app, ["validate", *map(str, ALL_SPECS)])
+    assert result.exit_code == 0, result.output
+    assert "verl config composed" in result.output and "skipped" not in result.output
+
+
+def test_render_verl_run_prints_shell_safe_command():
+    pytest.importorskip("hydra")
+    result = runner.invoke(app, ["render", str(EXPERIMENTS / "group-size.yaml"), "--run", "gspo-G=8-s0"])
+    assert result.exit_code == 0, result.output
+    assert "verl.trainer.main_ppo" in result.output
+    assert "actor_rollout_ref.rollout.n=8" in result.output
+    assert "actor_rollout_ref.actor.policy_loss.loss_mode=cancel_gspo" in result.output
