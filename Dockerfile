@@ -24,5 +24,5 @@ COPY templates /opt/cancelctl/templates
 RUN pip install --no-deps /opt/cancelctl \
     && pip install "pydantic>=2.6" "pyyaml>=6" "typer>=0.12" "rich>=13" "submitit>=1.5" "jinja2>=3.1" matplotlib pandas
 
-ENV VERL_USE_EXTERNAL_PLUGINS=auto
+ENV VERL_USE_EXTERNAL_PLUGINS=auto CANCELCTL_TEMPLATES=/opt/cancelctl/templates
 WORKDIR /workspace
