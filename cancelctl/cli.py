@@ -353,6 +353,30 @@ def sync(
     raise typer.Exit(1 if result.failed else 0)
 
 
+# ---------------------------------------------------------------- benchmarks
+
+
+@bench_app.command("losses")
+def bench_losses(
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
+    rows: int = typer.Option(256, "--rows"),
+    tokens: int = typer.Option(1024, "--tokens"),
+    group: int = typer.Option(8, "--group"),
+    repeats: int = typer.Option(30, "--repeats"),
+    verl: bool = typer.Option(True, "--verl/--no-verl", help="Compare with verl's gspo/vanilla when installed."),
+) -> None:
+    """fwd+bwd of every loss, wrapper and DFPO transform as ratios measured in the same run."""
+    from cancelctl.bench import loss_benchmark_table, run_loss_benchmark
+
+    try:
+        result = run_loss_benchmark(device, rows, tokens, group, repeats, include_verl=verl)
+    except ValueError as exc:
+        fail_input(SpecError(str(exc)))
+    console.print(loss_benchmark_table(result, title=f"losses: {rows} rows x {tokens} tokens, G={group}, {device}"))
+    missed = [r["name"] for r in result if r["ok"] is False]
+    console.print("all targets met" if not missed else f"[bold red]targets missed:[/] {', '.join(missed)}")
+
+
 def main() -> None:  # console script
     try:
         app()
