@@ -17,8 +17,11 @@ AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-me
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis=None) -> torch.Tensor:
-    # where() first: NaN/inf outside the mask must not leak into the sum (verl_F.masked_sum)
-    return (torch.where(mask.bool(), values, 0.0) * mask).sum(axis=axis)
+    # where() first: NaN/inf outside the mask must not leak into the sum (verl_F.masked_sum). verl then
+    # multiplies by the mask, which for a bool mask changes no bit (×1 exact, masked entries already
+    # +0.0), so that full-tensor pass is skipped for bool masks; float masks (weights) are multiplied.
+    valid = torch.where(mask.bool(), values, 0.0)
+    return (valid if mask.dtype == torch.bool else valid * mask).sum(axis=axis)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, axis=None) -> torch.Tensor:

@@ -69,12 +69,15 @@ def test_dual_clip_is_exercised(verl_core):
     assert metrics["actor/pg_clipfrac_lower"] > 0
 
 
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32])
 @pytest.mark.parametrize("info", GLOBAL_INFO[1:], ids=["local-info", "global-info"])
 @pytest.mark.parametrize("mode", MODES)
-def test_agg_loss_is_bitwise_verl(verl_core, mode, info):
+def test_agg_loss_is_bitwise_verl(verl_core, mode, info, mask_dtype):
     g = torch.Generator().manual_seed(3)
     mat = torch.randn(7, 13, generator=g, requires_grad=True)
-    mask = torch.arange(13)[None, :] < torch.tensor([13, 2, 0, 5, 13, 1, 8])[:, None]
+    mask = (torch.arange(13)[None, :] < torch.tensor([13, 2, 0, 5, 13, 1, 8])[:, None]).to(mask_dtype)
+    if mask_dtype is torch.float32:
+        mask = mask * (0.5 + torch.rand(7, 13, generator=g))  # a weighted mask is multiplied, as verl does
     ours = agg_loss(mat, mask, mode, **info)
     theirs = verl_core.agg_loss(mat, mask, mode, **info)
     assert torch.equal(ours, theirs)

@@ -1,0 +1,209 @@
+"""Loss benchmark (`cancelctl bench losses`): fwd+bwd time of every loss, DFPO variant, wrapper and
+transform on one random batch, as ratios to quantities measured in the same run.
+
+Ratios, not milliseconds, are the figures: each repeat times every case once, round-robin, and a
+case's ratio is the median over repeats of (case time / baseline time in that repeat), so machine
+load drifts cancel. Targets (issue 3): every loss ≤ 1.15× `grpo` at 256 × 1024 on CPU; our `gspo`
+≤ 1.05× verl's; every transform at 1,000 groups ≤ 1.5× its time at 10 groups (same rows).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+import losses
+
+LOSS_TARGET = 1.15
+VERL_TARGET = 1.05
+FLAT_TARGET = 1.5
+TRANSFORM_ROWS = 8000  # fixed rows for the group-count scaling: 1,000 groups of 8 vs 10 of 800
+
+
+def _batch(rows: int, tokens: int, group: int, device: str, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    group_ids = torch.arange(rows) // group
+    rewards = torch.randint(0, 2, (rows,), generator=g).float()
+    lengths = torch.randint(tokens // 4, tokens + 1, (rows,), generator=g)
+    old = -torch.rand(rows, tokens, generator=g) * 3
+    new = old + 0.1 * torch.randn(rows, tokens, generator=g)
+    return dict(
+        old_log_prob=old.to(device),
+        log_prob=new.to(device).requires_grad_(True),
+        advantages=losses.group_advantages(rewards, group_ids)[:, None].expand(rows, tokens).contiguous().to(device),
+        response_mask=(torch.arange(tokens)[None, :] < lengths[:, None]).to(device),
+        group_ids=group_ids.to(device),
+        rollout_log_prob=(old + 0.05 * torch.randn(rows, tokens, generator=g)).to(device),
+    )
+
+
+def _config(**policy) -> losses.LossConfig:
+    return losses.LossConfig(clip_ratio_low=0.2, clip_ratio_high=0.28, policy_loss=losses.PolicyLossOptions(**policy))
+
+
+def _loss_cases(batch: dict) -> dict[str, tuple[str, Callable[[], None]]]:
+    """name → (section, fwd+bwd closure)."""
+    leaf = batch["log_prob"]
+    common = {k: batch[k] for k in ("old_log_prob", "log_prob", "advantages", "response_mask")}
+
+    def run(fn, config, agg="token-mean", **extra):
+        def step():
+            loss, _ = fn(**common, loss_agg_mode=agg, config=config, **extra)
+            torch.autograd.grad(loss, leaf)
+
+        return step
+
+    gid, rollout = batch["group_ids"], batch["rollout_log_prob"]
+    plain = _config()
+    cases = {
+        "grpo": ("loss", run(losses.get("grpo"), plain)),
+        "dapo": ("loss", run(losses.get("dapo"), plain)),
+        "gspo": ("loss", run(losses.get("gspo"), plain, "seq-mean-token-mean")),
+        "grpo_symclip": ("loss", run(losses.get("grpo_symclip"), plain)),
+    }
+    for transform in losses.TRANSFORMS:
+        cases[f"dfpo[{transform}]"] = ("loss", run(losses.get("dfpo"), _config(transform=transform), "seq-mean-token-mean", group_ids=gid))
+    cases["dfpo[scale=0.5]"] = ("loss", run(losses.get("dfpo"), _config(scale=0.5), "seq-mean-token-mean", group_ids=gid))
+    cases["dfpo[stop_grad=False]"] = ("loss", run(losses.get("dfpo"), _config(stop_grad=False), "seq-mean-token-mean", group_ids=gid))
+    gen = torch.Generator().manual_seed(0)
+    cases["tis(grpo)"] = ("wrapper", run(losses.tis(losses.get("grpo"), cap=2.0), plain, rollout_log_prob=rollout))
+    cases["inject_delta(grpo)"] = ("wrapper", run(losses.inject_delta(losses.get("grpo"), delta=2.0), plain))
+    cases["inject_noise(grpo)"] = ("wrapper", run(losses.inject_noise(losses.get("grpo"), sigma=0.2, generator=gen), plain))
+    cases["positive_only(grpo)"] = ("wrapper", run(losses.positive_only(losses.get("grpo")), plain))
+    return cases
+
+
+def _verl_cases(batch: dict) -> dict[str, tuple[str, Callable[[], None]]]:
+    from verl.trainer.ppo import core_algos
+    from verl.workers.config import ActorConfig
+
+    config = ActorConfig(strategy="fsdp", rollout_n=8, ppo_micro_batch_size_per_gpu=1, clip_ratio_low=0.2, clip_ratio_high=0.28)
+    leaf = batch["log_prob"]
+    common = {k: batch[k] for k in ("old_log_prob", "log_prob", "advantages", "response_mask")}
+
+    def run(fn, agg):
+        def step():
+            loss, _ = fn(**common, loss_agg_mode=agg, config=config)
+            torch.autograd.grad(loss, leaf)
+
+        return step
+
+    return {
+        "gspo (ours)": ("verl", run(losses.gspo, "seq-mean-token-mean")),
+        "gspo (verl)": ("verl", run(core_algos.compute_policy_loss_gspo, "seq-mean-token-mean")),
+        "grpo (ours)": ("verl", run(losses.grpo, "token-mean")),
+        "vanilla (verl)": ("verl", run(core_algos.compute_policy_loss_vanilla, "token-mean")),
+    }
+
+
+def _transform_cases(device: str, rows: int) -> dict[str, tuple[str, Callable[[], None]]]:
+    g = torch.Generator().manual_seed(1)
+    weights = (torch.rand(rows, generator=g) + 0.5).to(device)
+    rewards = torch.randint(0, 2, (rows,), generator=g).float()
+    cases = {}
+    for groups in (10, 1000):
+        gid = torch.arange(rows) // (rows // groups)
+        adv = losses.group_advantages(rewards, gid).to(device)
+        gid = gid.to(device)
+        for name in losses.TRANSFORMS:
+            cases[f"{name}@{groups}"] = ("transform", lambda name=name, adv=adv, gid=gid: losses.transform(name, weights, adv, gid))
+    return cases
+
+
+def _time_round_robin(cases: dict[str, tuple[str, Callable[[], None]]], repeats: int, device: str) -> dict[str, list[float]]:
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    order = list(cases)
+    shuffle = random.Random(0).shuffle
+    for rep in range(repeats + 2):  # two warm-up rounds
+        shuffle(order)  # no case always runs right after the same other one
+        for name in order:
+            step = cases[name][1]
+            sync()
+            start = time.perf_counter()
+            step()
+            sync()
+            if rep >= 2:
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+def _ratio(times: dict[str, list[float]], name: str, baseline: str) -> float:
+    return statistics.median(t / b for t, b in zip(times[name], times[baseline]))
+
+
+def run_loss_benchmark(
+    device: str = "cpu",
+    rows: int = 256,
+    tokens: int = 1024,
+    group: int = 8,
+    repeats: int = 30,
+    include_verl: bool = True,
+    transform_rows: int = TRANSFORM_ROWS,
+) -> list[dict]:
+    """Rows {section, name, ms, ratio, baseline, target, ok}; sections: loss and wrapper (ratio to
+    grpo), verl (ours / verl's), transform (1,000 groups / 10 groups at `transform_rows` rows)."""
+    if rows % group:
+        raise ValueError(f"rows ({rows}) must be a multiple of the group size ({group})")
+    torch.manual_seed(0)
+    batch = _batch(rows, tokens, group, device)
+    cases = _loss_cases(batch)
+    has_verl = include_verl and importlib.util.find_spec("verl") is not None
+    if has_verl:
+        cases.update(_verl_cases(batch))
+    cases.update(_transform_cases(device, transform_rows))
+    times = _time_round_robin(cases, repeats, device)
+
+    def row(section, name, baseline, target, ratio_name=None):
+        ratio = _ratio(times, ratio_name or name, baseline)
+        return {
+            "section": section,
+            "name": name,
+            "ms": 1e3 * statistics.median(times[ratio_name or name]),
+            "ratio": ratio,
+            "baseline": baseline,
+            "target": target,
+            "ok": None if target is None else ratio <= target,
+        }
+
+    out = []
+    for name, (section, _) in cases.items():
+        if section == "loss":
+            out.append(row("loss", name, "grpo", None if name == "grpo" else LOSS_TARGET))
+        elif section == "wrapper":
+            out.append(row("wrapper", name, "grpo", None))
+    if has_verl:
+        out.append(row("verl", "gspo: ours / verl", "gspo (verl)", VERL_TARGET, "gspo (ours)"))
+        out.append(row("verl", "grpo: ours / verl vanilla", "vanilla (verl)", VERL_TARGET, "grpo (ours)"))
+    for name in losses.TRANSFORMS:
+        out.append(row("transform", f"{name}: 1000 / 10 groups", f"{name}@10", FLAT_TARGET, f"{name}@1000"))
+    return out
+
+
+def format_loss_benchmark(rows: list[dict]) -> str:
+    """Plain-text table of `run_loss_benchmark` rows."""
+    lines = [f"{'section':<10} {'case':<34} {'ms':>9} {'ratio':>7}  {'vs':<16} {'target':>7}  ok"]
+    for r in rows:
+        target = "" if r["target"] is None else f"≤{r['target']:.2f}"
+        ok = "" if r["ok"] is None else ("yes" if r["ok"] else "NO")
+        lines.append(f"{r['section']:<10} {r['name']:<34} {r['ms']:>9.3f} {r['ratio']:>6.3f}×  {r['baseline']:<16} {target:>7}  {ok}")
+    return "\n".join(lines)
+
+
+def loss_benchmark_table(rows: list[dict], title: str | None = None):
+    """The same rows as a rich Table (for the CLI)."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col, justify in (("section", "left"), ("case", "left"), ("ms", "right"), ("ratio", "right"), ("vs", "left"), ("target", "right"), ("ok", "center")):
+        table.add_column(col, justify=justify)
+    for r in rows:
+        ok = "" if r["ok"] is None else ("[green]yes[/]" if r["ok"] else "[bold red]NO[/]")
+        target = "" if r["target"] is None else f"≤{r['target']:.2f}"
+        table.add_row(r["section"], r["name"], f"{r['ms']:.3f}", f"{r['ratio']:.3f}×", r["baseline"], target, ok)
+    return table

@@ -1,0 +1,24 @@
+"""The loss benchmark library function (figures themselves are printed, not asserted)."""
+
+from __future__ import annotations
+
+import pytest
+
+import losses
+from cancelctl.bench import format_loss_benchmark, loss_benchmark_table, run_loss_benchmark
+
+
+def test_run_loss_benchmark_reports_every_loss_variant_and_transform():
+    rows = run_loss_benchmark(rows=16, tokens=32, group=4, repeats=2, include_verl=False, transform_rows=2000)
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["grpo"]["ratio"] == 1.0 and by_name["grpo"]["target"] is None
+    for name in ("dapo", "gspo", "grpo_symclip", "dfpo[scale=0.5]", "dfpo[stop_grad=False]", *(f"dfpo[{t}]" for t in losses.TRANSFORMS)):
+        assert by_name[name]["section"] == "loss" and by_name[name]["target"] == 1.15 and by_name[name]["ratio"] > 0
+    for name in losses.TRANSFORMS:
+        assert by_name[f"{name}: 1000 / 10 groups"]["target"] == 1.5
+    assert not any(r["section"] == "verl" for r in rows)
+    text = format_loss_benchmark(rows)
+    assert "dfpo[pos_orth_qp]" in text and "pos_orth_qp: 1000 / 10 groups" in text
+    assert loss_benchmark_table(rows).row_count == len(rows)
+    with pytest.raises(ValueError, match="multiple of the group size"):
+        run_loss_benchmark(rows=10, group=4)
