@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from loss_helpers import Batch, make_batch
+import loss_helpers
 
-
-@pytest.fixture
-def batch() -> Batch:
-    return make_batch()
+PLUGIN = "losses.verl_plugin"
 
 
 @pytest.fixture(scope="session")
 def verl_core():
     """verl's core_algos, imported once per session (~11 s); skips where verl is not installed."""
+    fresh = "verl" not in sys.modules and PLUGIN not in sys.modules
     pytest.importorskip("verl", reason="verl==0.9.1 not installed (extra 'verl')")
+    if fresh:
+        loss_helpers.PLUGIN_LOADED_BY_VERL = PLUGIN in sys.modules
     from verl.trainer.ppo import core_algos
 
     return core_algos

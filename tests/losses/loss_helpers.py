@@ -13,6 +13,9 @@ import torch
 
 import losses
 
+# set by the verl_core fixture when it is the first to import verl: did `import verl` load our plugin?
+PLUGIN_LOADED_BY_VERL: bool | None = None
+
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
 
 

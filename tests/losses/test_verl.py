@@ -107,8 +107,14 @@ def test_our_losses_accept_verl_actor_config(verl_core):
 def test_plugin_registers_prefixed_names_through_the_entry_point(verl_core):
     """`import verl` loads the `verl.plugins` entry point (pip install -e . registers it)."""
     import sys
+    from importlib.metadata import entry_points
 
-    assert "losses.verl_plugin" in sys.modules  # loaded by verl itself, not by this test
+    import loss_helpers
+
+    assert [ep.value for ep in entry_points(group="verl.plugins") if ep.name == "cancelctl"] == ["losses.verl_plugin"]
+    assert "losses.verl_plugin" in sys.modules
+    if loss_helpers.PLUGIN_LOADED_BY_VERL is not None:  # verl was first imported by our fixture
+        assert loss_helpers.PLUGIN_LOADED_BY_VERL, "import verl did not load the verl.plugins entry point"
     b = make_batch()
     config = actor_config({})
     for name in losses.names():
@@ -144,3 +150,49 @@ def test_plugin_applies_the_wrappers_set_in_policy_loss(verl_core):
     assert first == again and first[0] != first[1]  # reproducible per seed, fresh per micro-batch
     with pytest.raises(ValueError, match="policy_loss.probe='both'"):
         fn(**b.kwargs(config=actor_config({}, policy_loss=policy_loss_config(probe="both"))))
+
+
+def ppo_loss_inputs(seed: int = 0):
+    """A micro-batch as verl's engine hands it to `ppo_loss`: padded prompts/responses, a flat
+    (unpadded) model output whose response log-probs sit one position left of each token."""
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+
+    g = torch.Generator().manual_seed(seed)
+    n, p, t = 6, 3, 7
+    resp_len = torch.randint(1, t + 1, (n,), generator=g)
+    response_mask = (torch.arange(t)[None] < resp_len[:, None]).float()
+    old = -torch.rand(n, t, generator=g)
+    new = old + 0.5 * torch.randn(n, t, generator=g)
+    flat = torch.cat([
+        torch.cat([torch.zeros(p - 1), new[i, : int(resp_len[i])], torch.zeros(1)]) for i in range(n)
+    ]).requires_grad_(True)
+    data = TensorDict({
+        "prompts": torch.ones(n, p, dtype=torch.long), "responses": torch.ones(n, t, dtype=torch.long),
+        "attention_mask": torch.cat([torch.ones(n, p), response_mask], 1).long(), "response_mask": response_mask,
+        "old_log_probs": old, "advantages": torch.randn(n, generator=g)[:, None].expand(n, t).contiguous(),
+    }, batch_size=[n])
+    tu.assign_non_tensor(data, dp_size=2, batch_num_tokens=int(response_mask.sum()) * 3, global_batch_size=4 * n)
+    return flat, data
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("ours, theirs", [("cancel_grpo", "vanilla"), ("cancel_gspo", "gspo")])
+def test_registered_losses_inside_verl_ppo_loss(verl_core, ours, theirs, mode):
+    """Through verl's own `ppo_loss` (global_batch_info filled by it, dp_size 2): same loss and
+    gradient on the flat model output as verl's built-in loss."""
+    from verl.workers.config.actor import PolicyLossConfig
+    from verl.workers.utils.losses import ppo_loss
+
+    results = []
+    for loss_mode in (ours, theirs):
+        flat, data = ppo_loss_inputs()
+        config = actor_config({}, loss_agg_mode=mode, loss_scale_factor=16, policy_loss=PolicyLossConfig(loss_mode=loss_mode))
+        loss, _ = ppo_loss(config, {"log_probs": flat}, data)
+        assert config.global_batch_info["dp_size"] == 2  # ppo_loss did fill it
+        results.append((loss, grad_of(loss, flat)))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="cancel_dfpo needs the group id"):
+        flat, data = ppo_loss_inputs()
+        ppo_loss(actor_config({}, policy_loss=PolicyLossConfig(loss_mode="cancel_dfpo")), {"log_probs": flat}, data)
