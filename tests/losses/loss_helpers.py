@@ -1,4 +1,7 @@
-"""Batches and helpers shared by the loss tests (imported as `loss_helpers`).
+"""Batches, helpers and the verl fixture shared by the loss tests (imported as `loss_helpers`).
+
+No conftest.py here on purpose: the top-level tests do `from conftest import ...`, which a second
+conftest module would shadow.
 
 Gradients are taken with autograd on the per-token log-probs (`log_prob` is the leaf). Losses are
 minimised, so dLoss/dlog π = −(objective coefficient) × the aggregation's normalisation.
@@ -6,6 +9,7 @@ minimised, so dLoss/dlog π = −(objective coefficient) × the aggregation's no
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -82,3 +86,20 @@ def make_batch(
 def grad_of(loss: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
     (grad,) = torch.autograd.grad(loss, leaf)
     return grad
+
+
+PLUGIN = "losses.verl_plugin"
+
+
+@pytest.fixture(scope="session")
+def verl_core():
+    """verl's core_algos, imported once per session (~11 s); skips where verl is not installed.
+    Import it into a test module to use it."""
+    global PLUGIN_LOADED_BY_VERL
+    fresh = "verl" not in sys.modules and PLUGIN not in sys.modules
+    pytest.importorskip("verl", reason="verl==0.9.1 not installed (extra 'verl')")
+    if fresh:
+        PLUGIN_LOADED_BY_VERL = PLUGIN in sys.modules
+    from verl.trainer.ppo import core_algos
+
+    return core_algos

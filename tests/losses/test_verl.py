@@ -7,7 +7,7 @@ import torch
 
 import losses
 from losses.aggregation import agg_loss
-from loss_helpers import grad_of, make_batch
+from loss_helpers import grad_of, make_batch, verl_core  # noqa: F401  (verl_core: fixture)
 
 pytestmark = pytest.mark.verl
 
