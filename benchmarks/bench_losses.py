@@ -20,7 +20,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--no-verl", action="store_true", help="skip the comparison with verl (saves its import)")
     args = parser.parse_args()
-    rows = run_loss_benchmark(args.device, args.rows, args.tokens, args.group, args.repeats, include_verl=not args.no_verl)
+    rows = run_loss_benchmark(
+        args.device, args.rows, args.tokens, args.group, args.repeats, include_verl=not args.no_verl
+    )
     print(format_loss_benchmark(rows))
     failed = [r["name"] for r in rows if r["ok"] is False]
     print("all targets met" if not failed else f"targets missed: {', '.join(failed)}")

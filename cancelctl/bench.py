@@ -13,7 +13,7 @@ import importlib.util
 import random
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -67,13 +67,25 @@ def _loss_cases(batch: dict) -> dict[str, tuple[str, Callable[[], None]]]:
         "grpo_symclip": ("loss", run(losses.get("grpo_symclip"), plain)),
     }
     for transform in losses.TRANSFORMS:
-        cases[f"dfpo[{transform}]"] = ("loss", run(losses.get("dfpo"), _config(transform=transform), "seq-mean-token-mean", group_ids=gid))
-    cases["dfpo[scale=0.5]"] = ("loss", run(losses.get("dfpo"), _config(scale=0.5), "seq-mean-token-mean", group_ids=gid))
-    cases["dfpo[stop_grad=False]"] = ("loss", run(losses.get("dfpo"), _config(stop_grad=False), "seq-mean-token-mean", group_ids=gid))
+        cases[f"dfpo[{transform}]"] = (
+            "loss",
+            run(losses.get("dfpo"), _config(transform=transform), "seq-mean-token-mean", group_ids=gid),
+        )
+    cases["dfpo[scale=0.5]"] = (
+        "loss",
+        run(losses.get("dfpo"), _config(scale=0.5), "seq-mean-token-mean", group_ids=gid),
+    )
+    cases["dfpo[stop_grad=False]"] = (
+        "loss",
+        run(losses.get("dfpo"), _config(stop_grad=False), "seq-mean-token-mean", group_ids=gid),
+    )
     gen = torch.Generator().manual_seed(0)
     cases["tis(grpo)"] = ("wrapper", run(losses.tis(losses.get("grpo"), cap=2.0), plain, rollout_log_prob=rollout))
     cases["inject_delta(grpo)"] = ("wrapper", run(losses.inject_delta(losses.get("grpo"), delta=2.0), plain))
-    cases["inject_noise(grpo)"] = ("wrapper", run(losses.inject_noise(losses.get("grpo"), sigma=0.2, generator=gen), plain))
+    cases["inject_noise(grpo)"] = (
+        "wrapper",
+        run(losses.inject_noise(losses.get("grpo"), sigma=0.2, generator=gen), plain),
+    )
     cases["positive_only(grpo)"] = ("wrapper", run(losses.positive_only(losses.get("grpo")), plain))
     return cases
 
@@ -82,7 +94,9 @@ def _verl_cases(batch: dict) -> dict[str, tuple[str, Callable[[], None]]]:
     from verl.trainer.ppo import core_algos
     from verl.workers.config import ActorConfig
 
-    config = ActorConfig(strategy="fsdp", rollout_n=8, ppo_micro_batch_size_per_gpu=1, clip_ratio_low=0.2, clip_ratio_high=0.28)
+    config = ActorConfig(
+        strategy="fsdp", rollout_n=8, ppo_micro_batch_size_per_gpu=1, clip_ratio_low=0.2, clip_ratio_high=0.28
+    )
     leaf = batch["log_prob"]
     common = {k: batch[k] for k in ("old_log_prob", "log_prob", "advantages", "response_mask")}
 
@@ -111,11 +125,16 @@ def _transform_cases(device: str, rows: int) -> dict[str, tuple[str, Callable[[]
         adv = losses.group_advantages(rewards, gid).to(device)
         gid = gid.to(device)
         for name in losses.TRANSFORMS:
-            cases[f"{name}@{groups}"] = ("transform", lambda name=name, adv=adv, gid=gid: losses.transform(name, weights, adv, gid))
+            cases[f"{name}@{groups}"] = (
+                "transform",
+                lambda name=name, adv=adv, gid=gid: losses.transform(name, weights, adv, gid),
+            )
     return cases
 
 
-def _time_round_robin(cases: dict[str, tuple[str, Callable[[], None]]], repeats: int, device: str) -> dict[str, list[float]]:
+def _time_round_robin(
+    cases: dict[str, tuple[str, Callable[[], None]]], repeats: int, device: str
+) -> dict[str, list[float]]:
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     times: dict[str, list[float]] = {name: [] for name in cases}
     order = list(cases)
@@ -134,7 +153,7 @@ def _time_round_robin(cases: dict[str, tuple[str, Callable[[], None]]], repeats:
 
 
 def _ratio(times: dict[str, list[float]], name: str, baseline: str) -> float:
-    return statistics.median(t / b for t, b in zip(times[name], times[baseline]))
+    return statistics.median(t / b for t, b in zip(times[name], times[baseline], strict=True))
 
 
 def run_loss_benchmark(
@@ -187,11 +206,12 @@ def run_loss_benchmark(
 
 def format_loss_benchmark(rows: list[dict]) -> str:
     """Plain-text table of `run_loss_benchmark` rows."""
-    lines = [f"{'section':<10} {'case':<34} {'ms':>9} {'ratio':>7}  {'vs':<16} {'target':>7}  ok"]
+    lines = [f"{'section':<10} {'case':<34} {'ms':>9} {'ratio':>7}  {'vs':<18} {'target':>7}  ok"]
     for r in rows:
         target = "" if r["target"] is None else f"≤{r['target']:.2f}"
         ok = "" if r["ok"] is None else ("yes" if r["ok"] else "NO")
-        lines.append(f"{r['section']:<10} {r['name']:<34} {r['ms']:>9.3f} {r['ratio']:>6.3f}×  {r['baseline']:<16} {target:>7}  {ok}")
+        head = f"{r['section']:<10} {r['name']:<34} {r['ms']:>9.3f} {r['ratio']:>6.3f}×"
+        lines.append(f"{head}  {r['baseline']:<18} {target:>7}  {ok}")
     return "\n".join(lines)
 
 
@@ -200,7 +220,15 @@ def loss_benchmark_table(rows: list[dict], title: str | None = None):
     from rich.table import Table
 
     table = Table(title=title)
-    for col, justify in (("section", "left"), ("case", "left"), ("ms", "right"), ("ratio", "right"), ("vs", "left"), ("target", "right"), ("ok", "center")):
+    for col, justify in (
+        ("section", "left"),
+        ("case", "left"),
+        ("ms", "right"),
+        ("ratio", "right"),
+        ("vs", "left"),
+        ("target", "right"),
+        ("ok", "center"),
+    ):
         table.add_column(col, justify=justify)
     for r in rows:
         ok = "" if r["ok"] is None else ("[green]yes[/]" if r["ok"] else "[bold red]NO[/]")

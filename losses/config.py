@@ -1,9 +1,9 @@
 """The loss hyper-parameters, shaped like the attributes verl's ActorConfig exposes.
 
 Losses read their options with getattr defaults, so a `LossConfig` (CPU lab), verl's real
-`ActorConfig` (whose `policy_loss` is a dataclass without our DFPO fields unless the
-`CancelPolicyLossConfig` of `losses.verl_plugin` is used) or any namespace with the same names
-works. `.get` mirrors verl's `BaseConfig.get`, so verl's own losses accept a `LossConfig` too.
+`ActorConfig` (whose `policy_loss` lacks our DFPO fields unless the verl backend's
+`CancelPolicyLossConfig` is its `_target_`; absent fields take the defaults below) or any namespace
+with the same names works. `.get` mirrors verl's `BaseConfig.get`, so verl's own losses accept a `LossConfig` too.
 """
 
 from __future__ import annotations

@@ -14,14 +14,20 @@ from losses.ratios import LOG_RATIO_CLAMP
 from losses.weights import delta_weights
 
 
-def pg_metrics(clipfrac: torch.Tensor, ppo_kl: torch.Tensor, clipfrac_lower: torch.Tensor, **extra: torch.Tensor) -> dict[str, float]:
+def pg_metrics(
+    clipfrac: torch.Tensor, ppo_kl: torch.Tensor, clipfrac_lower: torch.Tensor, **extra: torch.Tensor
+) -> dict[str, float]:
     """The loss metrics as floats, read back with a single device sync."""
     keys = ["actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower", *extra]
-    values = torch.stack([t.detach().to(torch.float64).reshape(()) for t in (clipfrac, ppo_kl, clipfrac_lower, *extra.values())])
-    return dict(zip(keys, values.tolist()))
+    values = torch.stack(
+        [t.detach().to(torch.float64).reshape(()) for t in (clipfrac, ppo_kl, clipfrac_lower, *extra.values())]
+    )
+    return dict(zip(keys, values.tolist(), strict=True))
 
 
-def mismatch_metrics(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor) -> dict[str, float]:
+def mismatch_metrics(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
     """ρ = π_train(θ_old)/π_infer(θ_old) [H eq. 5] over response tokens: std (unbiased), max, and the
     Pearson correlation of the two token probabilities [H Fig. 3]."""
     mask = response_mask.bool()
@@ -58,7 +64,9 @@ def _index(group_ids: torch.Tensor | GroupIndex) -> GroupIndex:
     return group_ids if isinstance(group_ids, GroupIndex) else group_index(group_ids)
 
 
-def group_asymmetry(weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor | GroupIndex) -> torch.Tensor:
+def group_asymmetry(
+    weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor | GroupIndex
+) -> torch.Tensor:
     """Mean over groups of Var_i(w_i Â_i) [D eq. 23] (population variance over the group's rows)."""
     index = _index(group_ids)
     x = weights.detach().to(torch.float64) * advantages.detach().to(torch.float64)
@@ -66,7 +74,9 @@ def group_asymmetry(weights: torch.Tensor, advantages: torch.Tensor, group_ids: 
     return group_mean(centred * centred, index).mean()
 
 
-def ortho_residual(weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor | GroupIndex) -> torch.Tensor:
+def ortho_residual(
+    weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor | GroupIndex
+) -> torch.Tensor:
     """Mean over groups of |Σ_i Â_i s̃_i| (SPEC `dfpo/ortho_residual`)."""
     index = _index(group_ids)
     x = weights.detach().to(torch.float64) * advantages.detach().to(torch.float64)

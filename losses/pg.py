@@ -14,7 +14,7 @@ import torch
 from losses.aggregation import aggregate, masked_mean
 from losses.config import DEFAULT_CONFIG, clip_bounds, dual_clip
 from losses.metrics import pg_metrics
-from losses.ratios import compute_float, sequence_ratio_token_form, symmetric_clip, token_log_ratio
+from losses.ratios import compute_float, ppo_clip_loss, sequence_ratio_token_form, symmetric_clip, token_log_ratio
 
 
 def _inputs(old_log_prob, log_prob, advantages, config):
@@ -42,10 +42,8 @@ def grpo(
 
     log_ratio = token_log_ratio(log_prob, old_log_prob)
     ratio = torch.exp(log_ratio)
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
-    token_loss = torch.maximum(unclipped, clipped)
-    clipfrac = masked_mean(torch.gt(clipped, unclipped).float(), response_mask)
+    token_loss, clip_active = ppo_clip_loss(ratio, advantages, clip_low, clip_high)
+    clipfrac = masked_mean(clip_active.float(), response_mask)
     if clip_c is None:
         lower_frac = clipfrac.new_zeros(())
     else:
@@ -93,13 +91,11 @@ def gspo(
     clip_low, clip_high = clip_bounds(config)
 
     seq_ratio = sequence_ratio_token_form(log_prob, old_log_prob, response_mask)
-    unclipped = -advantages * seq_ratio
-    clipped = -advantages * torch.clamp(seq_ratio, 1 - clip_low, 1 + clip_high)
-    token_loss = torch.maximum(unclipped, clipped)
+    token_loss, clip_active = ppo_clip_loss(seq_ratio, advantages, clip_low, clip_high)
     if rollout_is_weights is not None:
         token_loss = token_loss * rollout_is_weights
     loss = aggregate(token_loss, response_mask, loss_agg_mode, config)
-    clipfrac = masked_mean(torch.gt(clipped, unclipped).float(), response_mask)
+    clipfrac = masked_mean(clip_active.float(), response_mask)
     kl = masked_mean(old_log_prob - log_prob, response_mask)
     return loss, pg_metrics(clipfrac, kl, clipfrac.new_zeros(()))
 

@@ -46,6 +46,16 @@ def sequence_ratio_token_form(
     return torch.exp(torch.clamp(log_s, max=SEQ_LOG_RATIO_MAX))
 
 
+def ppo_clip_loss(
+    ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """−min(wÂ, clip(w, 1−ε_low, 1+ε_high)Â), written max(−Âw, −Â clip(w)) as verl does [H eq. 2,
+    D eq. 42], for a token ratio (grpo) or a sequence ratio (gspo); also where the clip is active."""
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    return torch.maximum(unclipped, clipped), torch.gt(clipped, unclipped)
+
+
 def sign_aware_clip(ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float) -> torch.Tensor:
     """Post-clip weight w̄ with min(wA, clip(w)A) = A·w̄ [D eq. 46-47, 78]: min(w, c) if A ≥ 0 else max(w, c)."""
     clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high)

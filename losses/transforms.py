@@ -49,7 +49,9 @@ def pos_orth_qp(weights: torch.Tensor, advantages: torch.Tensor, index: GroupInd
     group, b = inverse[order], breakpoint[order]
     aw, aa = (advantages * weights)[order], (advantages * advantages)[order]
     pos, neg = positive[order], negative[order]
-    parts = torch.stack([torch.where(pos, aw, 0.0), torch.where(pos, aa, 0.0), torch.where(neg, aw, 0.0), torch.where(neg, aa, 0.0)])
+    parts = torch.stack(
+        [torch.where(pos, aw, 0.0), torch.where(pos, aa, 0.0), torch.where(neg, aw, 0.0), torch.where(neg, aa, 0.0)]
+    )
     before = parts.cumsum(dim=1) - parts  # exclusive prefix sums over the whole sorted batch
     group_start = (index.counts.cumsum(0) - index.counts)[group]
     before = before - before[:, group_start]  # ... restarted at each group
@@ -72,12 +74,16 @@ def pos_orth_qp(weights: torch.Tensor, advantages: torch.Tensor, index: GroupInd
     last_b = torch.full((index.num_groups,), float("-inf"), dtype=b.dtype, device=b.device).scatter_reduce(
         0, group, torch.where(finite, b, float("-inf")), reduce="amax"
     )
-    lam_tail = torch.where(neg_aa > 0, neg_aw / torch.where(neg_aa > 0, neg_aa, 1.0), torch.nan_to_num(last_b, neginf=0.0))
+    lam_tail = torch.where(
+        neg_aa > 0, neg_aw / torch.where(neg_aa > 0, neg_aa, 1.0), torch.nan_to_num(last_b, neginf=0.0)
+    )
     lam = torch.where(first_hit < n, lam_hit, lam_tail)
     return torch.clamp(weights - lam[inverse] * advantages, min=0.0)
 
 
-def trunc_rebalance(weights: torch.Tensor, advantages: torch.Tensor, index: GroupIndex, eps1: float = 0.05) -> torch.Tensor:
+def trunc_rebalance(
+    weights: torch.Tensor, advantages: torch.Tensor, index: GroupIndex, eps1: float = 0.05
+) -> torch.Tensor:
     """Truncate s⁺ = max(s̄, ε₁) [D eq. 52], then scale one side so Âᵀs̃ = 0 [eq. 53-55].
 
     α = Σ_N |Â| s⁺ / Σ_P Â s⁺ scales the P side when δ = Âᵀs⁺ > 0; β = Σ_P Â s⁺ / Σ_N |Â| s⁺ the N
@@ -123,7 +129,9 @@ def apply_transform(
     return torch.where(degenerate[index.inverse], w, out)
 
 
-def transform(name: str, weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor, **options) -> torch.Tensor:
+def transform(
+    name: str, weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor, **options
+) -> torch.Tensor:
     """Public 1-D API: transformed weights s̃ [N] for weights s̄ [N], advantages Â [N], group ids [N].
 
     Groups may have any sizes here (no partial-group check: that is the loss's job). Returned in
@@ -132,7 +140,8 @@ def transform(name: str, weights: torch.Tensor, advantages: torch.Tensor, group_
     weights, advantages = torch.as_tensor(weights), torch.as_tensor(advantages)
     if weights.dim() != 1 or advantages.shape != weights.shape:
         raise ValueError(
-            f"transform expects 1-D weights and advantages of one shape, got {tuple(weights.shape)} and {tuple(advantages.shape)}"
+            "transform expects 1-D weights and advantages of one shape, "
+            f"got {tuple(weights.shape)} and {tuple(advantages.shape)}"
         )
     index = group_index(torch.as_tensor(group_ids, device=weights.device))
     if index.inverse.numel() != weights.numel():

@@ -33,7 +33,9 @@ _noise_generators: dict[tuple[int, int], torch.Generator] = {}
 def _noise_generator(seed: int) -> torch.Generator:
     """One generator per (seed, DP rank) for the life of the worker process: reproducible per seed,
     independent across ranks, fresh noise on every micro-batch."""
-    rank = torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
+    rank = (
+        torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
+    )
     key = (int(seed), rank)
     if key not in _noise_generators:
         _noise_generators[key] = torch.Generator().manual_seed(int(seed) * 1_000_003 + rank)
@@ -52,7 +54,9 @@ def configured_loss(loss_fn: LossFn, config) -> LossFn:
         loss_fn = inject_delta(loss_fn, delta=delta, p_low=policy_option(config, "inject_delta_p_low", 0.1))
     sigma = policy_option(config, "inject_noise_sigma", None)
     if sigma is not None:
-        loss_fn = inject_noise(loss_fn, sigma=sigma, generator=_noise_generator(policy_option(config, "inject_noise_seed", 0)))
+        loss_fn = inject_noise(
+            loss_fn, sigma=sigma, generator=_noise_generator(policy_option(config, "inject_noise_seed", 0))
+        )
     return loss_fn
 
 
@@ -60,17 +64,31 @@ def verl_loss(name: str) -> LossFn:
     """The registry entry for `cancel_<name>`: verl's keyword signature (+ group_ids for later use)."""
     loss_fn = get(name)
 
-    def cancel_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
-                    rollout_is_weights=None, group_ids=None):
+    def cancel_loss(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode="token-mean",
+        config=None,
+        rollout_is_weights=None,
+        group_ids=None,
+    ):
         if name in NEEDS_GROUPS and group_ids is None:
             raise ValueError(
-                f"{PREFIX}{name} needs the group id (uid) of every row, but verl 0.9.1's ppo_loss passes only per-token "
-                "tensors to a registered policy loss. Group-aware calls from inside verl (a replaced ppo_loss that "
-                "forwards data['uid']) are a later issue; until then run dfpo in the CPU lab."
+                f"{PREFIX}{name} needs the group id (uid) of every row, but verl 0.9.1's ppo_loss passes only "
+                "per-token tensors to a registered policy loss. Group-aware calls from inside verl (a replaced "
+                "ppo_loss that forwards data['uid']) are a later issue; until then run dfpo in the CPU lab."
             )
         return configured_loss(loss_fn, config)(
-            old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=response_mask,
-            loss_agg_mode=loss_agg_mode, config=config, rollout_is_weights=rollout_is_weights, group_ids=group_ids,
+            old_log_prob=old_log_prob,
+            log_prob=log_prob,
+            advantages=advantages,
+            response_mask=response_mask,
+            loss_agg_mode=loss_agg_mode,
+            config=config,
+            rollout_is_weights=rollout_is_weights,
+            group_ids=group_ids,
         )
 
     cancel_loss.__name__ = cancel_loss.__qualname__ = PREFIX + name

@@ -10,7 +10,8 @@ the keywords it accepts, so verl's own losses can be wrapped too.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -22,7 +23,9 @@ LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
 def tis_weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, cap: float = 2.0) -> torch.Tensor:
     """Truncated importance sampling w = min(ρ, C), ρ = π_train(θ_old)/π_infer(θ_old) [H eq. 5]."""
-    return torch.clamp(token_ratio(compute_float(old_log_prob.detach()), compute_float(rollout_log_prob.detach())), max=cap)
+    return torch.clamp(
+        token_ratio(compute_float(old_log_prob.detach()), compute_float(rollout_log_prob.detach())), max=cap
+    )
 
 
 def delta_weights(old_log_prob: torch.Tensor, delta: float, p_low: float = 0.1) -> torch.Tensor:
@@ -32,7 +35,10 @@ def delta_weights(old_log_prob: torch.Tensor, delta: float, p_low: float = 0.1) 
 
 
 def noise_weights(
-    shape: torch.Size | tuple[int, ...], sigma: float, generator: torch.Generator, device: torch.device | str | None = None
+    shape: torch.Size | tuple[int, ...],
+    sigma: float,
+    generator: torch.Generator,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """ξ ~ N(1, σ²) i.i.d. per token [H eq. 21], drawn on the generator's device, so a seed gives the
     same weights on CPU and CUDA."""
@@ -72,7 +78,10 @@ def _weighting(loss_fn: LossFn, label: str, weight: Callable[..., torch.Tensor])
         rollout_log_prob: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         w = weight(
-            old_log_prob=old_log_prob, advantages=advantages, response_mask=response_mask, rollout_log_prob=rollout_log_prob
+            old_log_prob=old_log_prob,
+            advantages=advantages,
+            response_mask=response_mask,
+            rollout_log_prob=rollout_log_prob,
         ).detach()
         w = w.to(response_mask.device)
         kwargs: dict[str, Any] = dict(
@@ -109,27 +118,39 @@ def tis(loss_fn: LossFn, cap: float = 2.0) -> LossFn:
 
 def inject_delta(loss_fn: LossFn, delta: float, p_low: float = 0.1) -> LossFn:
     """Weight δ on tokens with π_train(o|θ_old) < p_low [H eq. 17-18]; paper grid δ ∈ {0, 1.2, 2, 3}."""
-    return _weighting(loss_fn, f"inject_delta[delta={delta},p_low={p_low}]", lambda old_log_prob, **_: delta_weights(old_log_prob, delta, p_low))
+    return _weighting(
+        loss_fn,
+        f"inject_delta[delta={delta},p_low={p_low}]",
+        lambda old_log_prob, **_: delta_weights(old_log_prob, delta, p_low),
+    )
 
 
-def inject_noise(loss_fn: LossFn, sigma: float = 0.2, generator: torch.Generator | None = None, seed: int = 0) -> LossFn:
+def inject_noise(
+    loss_fn: LossFn, sigma: float = 0.2, generator: torch.Generator | None = None, seed: int = 0
+) -> LossFn:
     """Weight ξ ~ N(1, σ²) per token, fresh on every call, from `generator` (default: a CPU
     generator seeded with `seed`) — the same seed replays the same weights [H eq. 21]."""
     gen = generator if generator is not None else torch.Generator().manual_seed(seed)
     return _weighting(
-        loss_fn, f"inject_noise[sigma={sigma}]", lambda response_mask, **_: noise_weights(response_mask.shape, sigma, gen)
+        loss_fn,
+        f"inject_noise[sigma={sigma}]",
+        lambda response_mask, **_: noise_weights(response_mask.shape, sigma, gen),
     )
 
 
 def positive_only(loss_fn: LossFn) -> LossFn:
     """Probe [C §3.2]: rows with Â ≤ 0 get weight 0."""
     return _weighting(
-        loss_fn, "positive_only", lambda advantages, response_mask, **_: sign_weights(token_advantages(advantages, response_mask), "positive")
+        loss_fn,
+        "positive_only",
+        lambda advantages, response_mask, **_: sign_weights(token_advantages(advantages, response_mask), "positive"),
     )
 
 
 def negative_only(loss_fn: LossFn) -> LossFn:
     """Probe [C §3.2]: rows with Â ≥ 0 get weight 0."""
     return _weighting(
-        loss_fn, "negative_only", lambda advantages, response_mask, **_: sign_weights(token_advantages(advantages, response_mask), "negative")
+        loss_fn,
+        "negative_only",
+        lambda advantages, response_mask, **_: sign_weights(token_advantages(advantages, response_mask), "negative"),
     )

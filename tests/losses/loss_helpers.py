@@ -20,7 +20,10 @@ import losses
 # set by the verl_core fixture when it is the first to import verl: did `import verl` load our plugin?
 PLUGIN_LOADED_BY_VERL: bool | None = None
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
+]
 
 
 @dataclass
@@ -91,8 +94,8 @@ def grad_of(loss: torch.Tensor, leaf: torch.Tensor) -> torch.Tensor:
 PLUGIN = "losses.verl_plugin"
 
 
-@pytest.fixture(scope="session")
-def verl_core():
+@pytest.fixture(scope="session", name="verl_core")
+def verl_core_fixture():
     """verl's core_algos, imported once per session (~11 s); skips where verl is not installed.
     Import it into a test module to use it."""
     global PLUGIN_LOADED_BY_VERL

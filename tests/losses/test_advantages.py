@@ -41,7 +41,9 @@ def test_constant_groups_are_exactly_zero_and_dtypes():
 
 
 def test_std_normalize_false_is_the_centred_reward():
-    adv = losses.group_advantages(torch.tensor([0.0, 1.0, 1.0, 3.0, 5.0]), torch.tensor([4, 4, 4, 9, 9]), std_normalize=False)
+    adv = losses.group_advantages(
+        torch.tensor([0.0, 1.0, 1.0, 3.0, 5.0]), torch.tensor([4, 4, 4, 9, 9]), std_normalize=False
+    )
     torch.testing.assert_close(adv, torch.tensor([-2 / 3, 1 / 3, 1 / 3, -1.0, 1.0]))
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import losses
-from losses.aggregation import aggregate, agg_loss
+from losses.aggregation import agg_loss, aggregate
 
 
 @pytest.fixture
@@ -48,7 +48,9 @@ def test_global_batch_info_sets_the_denominators(mat_mask):
     assert aggregate(mat, mask, "token-mean", cfg).item() == pytest.approx(clean.sum().item() / 100 * 4)
     assert aggregate(mat, mask, "token-sum", cfg).item() == pytest.approx(clean.sum().item() * 4)
     assert aggregate(mat, mask, "seq-mean-token-sum", cfg).item() == pytest.approx(clean.sum().item() / 32 * 4)
-    assert aggregate(mat, mask, "seq-mean-token-sum-norm", cfg).item() == pytest.approx(clean.sum().item() / 32 * 4 / 2.5)
+    assert aggregate(mat, mask, "seq-mean-token-sum-norm", cfg).item() == pytest.approx(
+        clean.sum().item() / 32 * 4 / 2.5
+    )
     nonempty = lengths > 0
     seq = (clean.sum(-1)[nonempty] / lengths[nonempty]).sum()
     assert aggregate(mat, mask, "seq-mean-token-mean", cfg).item() == pytest.approx(seq.item() / 32 * 4)
@@ -58,7 +60,9 @@ def test_loss_scale_factor_attribute_used_when_info_lacks_it(mat_mask):
     """verl's ppo_loss copies config.loss_scale_factor into global_batch_info; off verl we read it."""
     mat, mask, _ = mat_mask
     via_attr = aggregate(mat, mask, "seq-mean-token-sum-norm", losses.LossConfig(loss_scale_factor=3.0))
-    via_info = aggregate(mat, mask, "seq-mean-token-sum-norm", losses.LossConfig(global_batch_info={"loss_scale_factor": 3.0}))
+    via_info = aggregate(
+        mat, mask, "seq-mean-token-sum-norm", losses.LossConfig(global_batch_info={"loss_scale_factor": 3.0})
+    )
     assert via_attr.item() == via_info.item() == pytest.approx(agg_loss(mat, mask, "seq-mean-token-sum").item() / 3.0)
 
 

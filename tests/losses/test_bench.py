@@ -12,7 +12,14 @@ def test_run_loss_benchmark_reports_every_loss_variant_and_transform():
     rows = run_loss_benchmark(rows=16, tokens=32, group=4, repeats=2, include_verl=False, transform_rows=2000)
     by_name = {r["name"]: r for r in rows}
     assert by_name["grpo"]["ratio"] == 1.0 and by_name["grpo"]["target"] is None
-    for name in ("dapo", "gspo", "grpo_symclip", "dfpo[scale=0.5]", "dfpo[stop_grad=False]", *(f"dfpo[{t}]" for t in losses.TRANSFORMS)):
+    for name in (
+        "dapo",
+        "gspo",
+        "grpo_symclip",
+        "dfpo[scale=0.5]",
+        "dfpo[stop_grad=False]",
+        *(f"dfpo[{t}]" for t in losses.TRANSFORMS),
+    ):
         assert by_name[name]["section"] == "loss" and by_name[name]["target"] == 1.15 and by_name[name]["ratio"] > 0
     for name in losses.TRANSFORMS:
         assert by_name[f"{name}: 1000 / 10 groups"]["target"] == 1.5

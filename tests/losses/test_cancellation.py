@@ -11,9 +11,9 @@ import math
 
 import pytest
 import torch
+from loss_helpers import grad_of
 
 import losses
-from loss_helpers import grad_of
 
 EPS = 0.2
 
@@ -95,7 +95,10 @@ def shared_single_token(name: str, ratio: float, advantages: list[float]):
     new = (old + math.log(ratio)).requires_grad_(True)
     adv = torch.tensor(advantages, dtype=torch.float64)[:, None]
     loss, _ = losses.get(name)(
-        old_log_prob=old, log_prob=new, advantages=adv, response_mask=torch.ones(n, 1, dtype=torch.bool),
+        old_log_prob=old,
+        log_prob=new,
+        advantages=adv,
+        response_mask=torch.ones(n, 1, dtype=torch.bool),
         loss_agg_mode="token-sum",
     )
     return grad_of(loss, new)[:, 0], loss
@@ -107,12 +110,18 @@ def test_gspo_shared_prefix_does_not_cancel_eq13_eq38():
     rho1, rho2, lam1, lam2, a = 1.05, 0.97, 0.9, 1.08, 0.7
     base = torch.tensor([-0.4, -1.1, -2.0], dtype=torch.float64)
     old = base.repeat(2, 1)
-    new = (old + torch.log(torch.tensor([[rho1, rho2, lam1], [rho1, rho2, lam2]], dtype=torch.float64))).requires_grad_(True)
+    new = (old + torch.log(torch.tensor([[rho1, rho2, lam1], [rho1, rho2, lam2]], dtype=torch.float64))).requires_grad_(
+        True
+    )
     adv = torch.tensor([[-a] * 3, [a] * 3], dtype=torch.float64)
     config = losses.LossConfig(clip_ratio=0.5)  # every s_i on the linear segment
     loss, _ = losses.get("gspo")(
-        old_log_prob=old, log_prob=new, advantages=adv, response_mask=torch.ones(2, 3, dtype=torch.bool),
-        loss_agg_mode="seq-mean-token-mean", config=config,
+        old_log_prob=old,
+        log_prob=new,
+        advantages=adv,
+        response_mask=torch.ones(2, 3, dtype=torch.bool),
+        loss_agg_mode="seq-mean-token-mean",
+        config=config,
     )
     grad = grad_of(loss, new)
     s1, s2 = (rho1 * rho2 * lam1) ** (1 / 3), (rho1 * rho2 * lam2) ** (1 / 3)
@@ -136,7 +145,7 @@ def test_three_trajectory_toy_appendix_a():
     adv = losses.group_advantages(rewards, gid, std_normalize=False)
     torch.testing.assert_close(adv, torch.tensor([-2 / 3, 1 / 3, 1 / 3], dtype=torch.float64), rtol=0, atol=1e-15)
     std_adv = losses.group_advantages(rewards, gid)  # [D eq. 43]: divided by the unbiased std 1/sqrt(3)
-    torch.testing.assert_close(std_adv, adv / (3 ** -0.5 + 1e-6))
+    torch.testing.assert_close(std_adv, adv / (3**-0.5 + 1e-6))
 
     # τ1 "The answer is 25." (5 tokens), τ2 "The answer is 20." (5), τ3 "10+10=20." (4): surface forms differ
     lengths = torch.tensor([5, 5, 4])
@@ -149,8 +158,13 @@ def test_three_trajectory_toy_appendix_a():
 
     def log_odds_drift(name, config=None):
         loss, _ = losses.get(name)(
-            old_log_prob=old, log_prob=new, advantages=adv_tok, response_mask=mask,
-            loss_agg_mode="seq-mean-token-mean", config=config, group_ids=gid,
+            old_log_prob=old,
+            log_prob=new,
+            advantages=adv_tok,
+            response_mask=mask,
+            loss_agg_mode="seq-mean-token-mean",
+            config=config,
+            group_ids=gid,
         )
         grad = grad_of(loss, new)
         # one step on the token log-probs as free parameters: Δ log π(τ_i) = −η Σ_t dLoss/dlog π_{i,t}

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from loss_helpers import Batch, grad_of, make_batch
 
 import losses
-from loss_helpers import Batch, grad_of, make_batch
 
 CLIP = 0.2
 
@@ -126,7 +126,13 @@ def test_scale_ablation_is_half_the_post_clip_weight_without_transform(b):
 
 def test_metrics_keys_and_values(b):
     loss, metrics = run(b, transform="min_replace")
-    assert set(metrics) == {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower", "dfpo/asym", "dfpo/ortho_residual"}
+    assert set(metrics) == {
+        "actor/pg_clipfrac",
+        "actor/ppo_kl",
+        "actor/pg_clipfrac_lower",
+        "dfpo/asym",
+        "dfpo/ortho_residual",
+    }
     assert all(type(v) is float for v in metrics.values())
     s_tilde = losses.transform("min_replace", post_clip_weights(b), b.row_adv, b.group_ids)
     assert metrics["dfpo/asym"] == pytest.approx(losses.dfpo_asym(s_tilde, b.row_adv, b.group_ids), rel=1e-12)
@@ -145,8 +151,11 @@ def test_partial_group_is_refused():
     b = make_batch(groups=3, group_size=4, tokens=6, shuffle=False)
     keep = torch.arange(12) != 5  # drop one row of the second group (id 10)
     kwargs = dict(
-        old_log_prob=b.old_log_prob[keep], log_prob=b.log_prob[keep], advantages=b.advantages[keep],
-        response_mask=b.response_mask[keep], group_ids=b.group_ids[keep],
+        old_log_prob=b.old_log_prob[keep],
+        log_prob=b.log_prob[keep],
+        advantages=b.advantages[keep],
+        response_mask=b.response_mask[keep],
+        group_ids=b.group_ids[keep],
     )
     with pytest.raises(ValueError, match=r"group id 10 has 3 rows but the other groups say G=4"):
         losses.get("dfpo")(**kwargs, config=config())

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from loss_helpers import DEVICES, grad_of, make_batch
 
 import losses
-from loss_helpers import DEVICES, grad_of, make_batch
 
 DFPO_VARIANTS = [{"transform": t} for t in losses.TRANSFORMS] + [{"scale": 0.5}, {"stop_grad": False}]
 
 
 def cases():
     for name in losses.names():
-        for options in (DFPO_VARIANTS if name == "dfpo" else [{}]):
+        for options in DFPO_VARIANTS if name == "dfpo" else [{}]:
             yield pytest.param(name, options, id=name + "".join(f"-{k}={v}" for k, v in options.items()))
 
 
@@ -28,8 +28,14 @@ def test_bf16_inputs_match_fp32(name, options, device):
         old, new = (t.detach().to(torch.bfloat16).to(dtype) for t in (b.old_log_prob, b.log_prob))
         new.requires_grad_(True)
         adv = b.advantages.to(torch.bfloat16).to(dtype)
-        loss, metrics = losses.get(name)(old_log_prob=old, log_prob=new, advantages=adv, response_mask=b.response_mask,
-                                         config=config, group_ids=b.group_ids)
+        loss, metrics = losses.get(name)(
+            old_log_prob=old,
+            log_prob=new,
+            advantages=adv,
+            response_mask=b.response_mask,
+            config=config,
+            group_ids=b.group_ids,
+        )
         grad = grad_of(loss, new)
         assert grad.dtype == dtype and grad.device.type == device
         assert loss.dtype == torch.float32  # computed in fp32 even for bf16 inputs

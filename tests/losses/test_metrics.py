@@ -36,7 +36,9 @@ def test_hacking_j_by_hand():
     adv = torch.tensor([1.5, -0.5], dtype=torch.float64)
     # low tokens: (0,0), (0,2), (1,1); δ = 2 → φ − 1 = 1 there
     assert losses.hacking_j(adv, probs.log(), mask) == pytest.approx(1.5 + 1.5 - 0.5)
-    assert losses.hacking_j(adv[:, None].expand(2, 3), probs.log(), mask, delta=3.0) == pytest.approx(2 * (1.5 + 1.5 - 0.5))
+    assert losses.hacking_j(adv[:, None].expand(2, 3), probs.log(), mask, delta=3.0) == pytest.approx(
+        2 * (1.5 + 1.5 - 0.5)
+    )
     assert losses.hacking_j(adv, probs.log(), mask, delta=2.0, p_low=0.001) == 0.0
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from loss_helpers import Batch, grad_of, make_batch
 
 import losses
-from loss_helpers import Batch, grad_of, make_batch
 
 PG_KEYS = {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
 
@@ -39,7 +39,7 @@ def test_grpo_is_the_token_clip_with_dual_clip(b):
     assert loss.item() == pytest.approx(expected.item(), rel=1e-12)
     torch.testing.assert_close(grad_of(loss, b.log_prob), grad_of(expected, b.log_prob))
     assert set(metrics) == PG_KEYS and metrics["actor/pg_clipfrac_lower"] > 0
-    clipped = (r.clamp(0.8, 1.28) * a < r * a)
+    clipped = r.clamp(0.8, 1.28) * a < r * a
     assert metrics["actor/pg_clipfrac"] == pytest.approx(token_mean(clipped.double(), b.response_mask).item())
 
 

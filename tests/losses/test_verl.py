@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from loss_helpers import grad_of, make_batch, verl_core_fixture  # noqa: F401  (provides the verl_core fixture)
 
 import losses
 from losses.aggregation import agg_loss
-from loss_helpers import grad_of, make_batch, verl_core  # noqa: F401  (verl_core: fixture)
 
 pytestmark = pytest.mark.verl
 
@@ -22,8 +22,14 @@ GLOBAL_INFO = [
 def actor_config(info: dict, **overrides):
     from verl.workers.config import ActorConfig
 
-    fields = dict(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=1, clip_ratio_low=0.2,
-                  clip_ratio_high=0.28, global_batch_info=dict(info))
+    fields = dict(
+        strategy="fsdp",
+        rollout_n=4,
+        ppo_micro_batch_size_per_gpu=1,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.28,
+        global_batch_info=dict(info),
+    )
     fields.update(overrides)
     return ActorConfig(**fields)
 
@@ -35,8 +41,15 @@ def compare(ours, theirs, config, mode, seed, weights: bool):
     results = []
     for fn in (ours, theirs):
         leaf = b.log_prob.detach().clone().requires_grad_(True)
-        loss, metrics = fn(old_log_prob=b.old_log_prob, log_prob=leaf, advantages=b.advantages,
-                           response_mask=b.response_mask, loss_agg_mode=mode, config=config, rollout_is_weights=w)
+        loss, metrics = fn(
+            old_log_prob=b.old_log_prob,
+            log_prob=leaf,
+            advantages=b.advantages,
+            response_mask=b.response_mask,
+            loss_agg_mode=mode,
+            config=config,
+            rollout_is_weights=w,
+        )
         results.append((loss, grad_of(loss, leaf), metrics))
     (l1, g1, m1), (l2, g2, m2) = results
     torch.testing.assert_close(l1, l2, rtol=1e-6, atol=1e-6)
@@ -87,11 +100,11 @@ def test_agg_loss_is_bitwise_verl(verl_core, mode, info, mask_dtype):
 def policy_loss_config(**fields):
     """A PolicyLossConfig subclass with our option fields, as the verl backend's `_target_` provides."""
     from dataclasses import make_dataclass
-    from typing import Any, Optional
+    from typing import Any
 
     from verl.workers.config.actor import PolicyLossConfig
 
-    cls = make_dataclass("TestPolicyLossConfig", [(k, Optional[Any], None) for k in fields], bases=(PolicyLossConfig,))
+    cls = make_dataclass("TestPolicyLossConfig", [(k, Any | None, None) for k in fields], bases=(PolicyLossConfig,))
     return cls(**fields)
 
 
@@ -99,8 +112,14 @@ def test_our_losses_accept_verl_actor_config(verl_core):
     b = make_batch()
     config = actor_config({}, policy_loss=policy_loss_config(loss_mode="cancel_dfpo", transform="orth_proj"))
     loss, metrics = losses.dfpo(**b.kwargs(config=config, group_ids=b.group_ids))
-    expected, _ = losses.dfpo(**b.kwargs(group_ids=b.group_ids, config=losses.LossConfig(
-        clip_ratio_low=0.2, clip_ratio_high=0.28, policy_loss=losses.PolicyLossOptions(transform="orth_proj"))))
+    expected, _ = losses.dfpo(
+        **b.kwargs(
+            group_ids=b.group_ids,
+            config=losses.LossConfig(
+                clip_ratio_low=0.2, clip_ratio_high=0.28, policy_loss=losses.PolicyLossOptions(transform="orth_proj")
+            ),
+        )
+    )
     assert loss.item() == expected.item() and metrics["dfpo/ortho_residual"] < 1e-6
 
 
@@ -137,13 +156,17 @@ def test_plugin_applies_the_wrappers_set_in_policy_loss(verl_core):
     b = make_batch(spread=0.1)
     plain = actor_config({})
     fn = verl_core.get_policy_loss_fn("cancel_grpo")
-    config = actor_config({}, policy_loss=policy_loss_config(loss_mode="cancel_grpo", inject_delta=3.0, probe="positive_only"))
+    config = actor_config(
+        {}, policy_loss=policy_loss_config(loss_mode="cancel_grpo", inject_delta=3.0, probe="positive_only")
+    )
     expected, _ = losses.inject_delta(losses.positive_only(losses.grpo), delta=3.0)(**b.kwargs(config=plain))
     got, _ = fn(**b.kwargs(config=config))
     assert got.item() == expected.item() != fn(**b.kwargs(config=plain))[0].item()
 
     _noise_generators.clear()
-    noisy = actor_config({}, policy_loss=policy_loss_config(loss_mode="cancel_grpo", inject_noise_sigma=0.2, inject_noise_seed=5))
+    noisy = actor_config(
+        {}, policy_loss=policy_loss_config(loss_mode="cancel_grpo", inject_noise_sigma=0.2, inject_noise_seed=5)
+    )
     first = [fn(**b.kwargs(config=noisy))[0].item() for _ in range(2)]
     _noise_generators.clear()
     again = [fn(**b.kwargs(config=noisy))[0].item() for _ in range(2)]
@@ -164,14 +187,20 @@ def ppo_loss_inputs(seed: int = 0):
     response_mask = (torch.arange(t)[None] < resp_len[:, None]).float()
     old = -torch.rand(n, t, generator=g)
     new = old + 0.5 * torch.randn(n, t, generator=g)
-    flat = torch.cat([
-        torch.cat([torch.zeros(p - 1), new[i, : int(resp_len[i])], torch.zeros(1)]) for i in range(n)
-    ]).requires_grad_(True)
-    data = TensorDict({
-        "prompts": torch.ones(n, p, dtype=torch.long), "responses": torch.ones(n, t, dtype=torch.long),
-        "attention_mask": torch.cat([torch.ones(n, p), response_mask], 1).long(), "response_mask": response_mask,
-        "old_log_probs": old, "advantages": torch.randn(n, generator=g)[:, None].expand(n, t).contiguous(),
-    }, batch_size=[n])
+    flat = torch.cat(
+        [torch.cat([torch.zeros(p - 1), new[i, : int(resp_len[i])], torch.zeros(1)]) for i in range(n)]
+    ).requires_grad_(True)
+    data = TensorDict(
+        {
+            "prompts": torch.ones(n, p, dtype=torch.long),
+            "responses": torch.ones(n, t, dtype=torch.long),
+            "attention_mask": torch.cat([torch.ones(n, p), response_mask], 1).long(),
+            "response_mask": response_mask,
+            "old_log_probs": old,
+            "advantages": torch.randn(n, generator=g)[:, None].expand(n, t).contiguous(),
+        },
+        batch_size=[n],
+    )
     tu.assign_non_tensor(data, dp_size=2, batch_num_tokens=int(response_mask.sum()) * 3, global_batch_size=4 * n)
     return flat, data
 
@@ -187,7 +216,9 @@ def test_registered_losses_inside_verl_ppo_loss(verl_core, ours, theirs, mode):
     results = []
     for loss_mode in (ours, theirs):
         flat, data = ppo_loss_inputs()
-        config = actor_config({}, loss_agg_mode=mode, loss_scale_factor=16, policy_loss=PolicyLossConfig(loss_mode=loss_mode))
+        config = actor_config(
+            {}, loss_agg_mode=mode, loss_scale_factor=16, policy_loss=PolicyLossConfig(loss_mode=loss_mode)
+        )
         loss, _ = ppo_loss(config, {"log_probs": flat}, data)
         assert config.global_batch_info["dp_size"] == 2  # ppo_loss did fill it
         results.append((loss, grad_of(loss, flat)))

@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
+from loss_helpers import Batch, grad_of, make_batch
 
 import losses
-from loss_helpers import Batch, grad_of, make_batch
 
 
 class Spy:
@@ -17,8 +17,16 @@ class Spy:
     def __init__(self):
         self.weights = []
 
-    def __call__(self, old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
-                 rollout_is_weights=None):
+    def __call__(
+        self,
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode="token-mean",
+        config=None,
+        rollout_is_weights=None,
+    ):
         self.weights.append(rollout_is_weights)
         return losses.grpo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights)
 
@@ -51,7 +59,9 @@ def test_weights_scale_each_token_term_before_aggregation(b):
 
 
 def test_tis_is_the_truncated_mismatch_ratio(b):
-    rollout = b.old_log_prob + 0.5 * torch.randn(b.old_log_prob.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    rollout = b.old_log_prob + 0.5 * torch.randn(
+        b.old_log_prob.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
     spy = Spy()
     losses.tis(spy, cap=1.5)(**b.kwargs(rollout_log_prob=rollout))
     expected = torch.exp(b.old_log_prob - rollout).clamp(max=1.5)
@@ -88,16 +98,20 @@ def test_inject_noise_is_unbiased():
 
     b = make_batch(groups=8, group_size=8, tokens=32, seed=4, spread=0.5, dtype=torch.float64)
     base, _ = losses.grpo(**b.kwargs())
-    shifts = torch.tensor([
-        losses.inject_noise(losses.grpo, sigma=0.2, seed=seed)(**b.kwargs())[0].item() - base.item()
-        for seed in range(300)
-    ])
+    shifts = torch.tensor(
+        [
+            losses.inject_noise(losses.grpo, sigma=0.2, seed=seed)(**b.kwargs())[0].item() - base.item()
+            for seed in range(300)
+        ]
+    )
     # mean shift within 4 standard errors of 0, while single draws do move the objective
     assert abs(shifts.mean().item()) < 4 * shifts.std().item() / math.sqrt(len(shifts))
     assert shifts.abs().max() > 10 * abs(shifts.mean().item())
 
 
-@pytest.mark.parametrize("probe, zeroed", [(losses.positive_only, lambda a: a <= 0), (losses.negative_only, lambda a: a >= 0)])
+@pytest.mark.parametrize(
+    "probe, zeroed", [(losses.positive_only, lambda a: a <= 0), (losses.negative_only, lambda a: a >= 0)]
+)
 def test_sign_probes_zero_one_side(b, probe, zeroed):
     """[C §3.2]: positive_only drops rows with Â ≤ 0, negative_only rows with Â ≥ 0."""
     loss, _ = probe(losses.gspo)(**b.kwargs(loss_agg_mode="seq-mean-token-mean"))
@@ -110,10 +124,19 @@ def test_sign_probes_zero_one_side(b, probe, zeroed):
 def test_wrappers_nest_and_multiply(b):
     rollout = b.old_log_prob - 0.3
     spy = Spy()
-    fn = losses.tis(losses.inject_noise(losses.inject_delta(spy, delta=2.0), sigma=0.2, generator=torch.Generator().manual_seed(3)), cap=2.0)
-    fn(**b.kwargs(rollout_log_prob=rollout, rollout_is_weights=torch.full(b.old_log_prob.shape, 0.5, dtype=torch.float64)))
+    fn = losses.tis(
+        losses.inject_noise(losses.inject_delta(spy, delta=2.0), sigma=0.2, generator=torch.Generator().manual_seed(3)),
+        cap=2.0,
+    )
+    fn(
+        **b.kwargs(
+            rollout_log_prob=rollout, rollout_is_weights=torch.full(b.old_log_prob.shape, 0.5, dtype=torch.float64)
+        )
+    )
     noise = losses.noise_weights(b.old_log_prob.shape, 0.2, torch.Generator().manual_seed(3))
-    expected = 0.5 * losses.tis_weights(b.old_log_prob, rollout, 2.0) * noise * losses.delta_weights(b.old_log_prob, 2.0)
+    expected = (
+        0.5 * losses.tis_weights(b.old_log_prob, rollout, 2.0) * noise * losses.delta_weights(b.old_log_prob, 2.0)
+    )
     torch.testing.assert_close(spy.weights[0], expected.double())
     assert fn.__name__ == "tis[cap=2.0](inject_noise[sigma=0.2](inject_delta[delta=2.0,p_low=0.1](Spy)))"
 
