@@ -42,6 +42,12 @@ class LabSpec(Strict):
     warmstart_noise: float = Field(0.5, ge=0, le=1, description="fraction of wrong answers in the corpus")
     checkpoint_every: int = Field(10, ge=1, description="steps between checkpoints (resume/requeue)")
     fail_at_step: int | None = Field(None, ge=0, description="fault injection for executor tests: raise at step")
+    max_response_tokens: int = Field(
+        16, ge=4, le=64, description="cap on generated tokens per response (the smaller of this and rollout.max_new_tokens)"
+    )
+    balance_max_rounds: int = Field(
+        8, ge=1, description="reward_balanced: generation rounds per step before settling for the best batch found"
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self) -> LabSpec:
