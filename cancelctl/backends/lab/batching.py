@@ -55,8 +55,8 @@ class RewardBalancedBuffer:
     groups with n⁺ ≥ η|B| and n⁻ ≥ η|B| (rows with Â>0, Â<0) can be chosen [C §4, App. B].
 
     Groups stay whole (Â is a property of the group, and DFPO needs groups). Selection is greedy:
-    each slot takes the group that most reduces the remaining n⁺/n⁻ deficit, oldest first on ties,
-    so stale rollouts leave first. After a selection at most `capacity` groups are kept (newest);
+    each slot takes the group that most reduces the remaining n⁺/n⁻ deficit; ties go to groups with
+    any Â ≠ 0, then to the oldest, so stale rollouts leave first. After a selection at most `capacity` groups are kept (newest);
     the rest are discarded — generated, never used, but counted as compute.
     """
 
@@ -92,7 +92,7 @@ class RewardBalancedBuffer:
         remaining = list(range(len(groups)))
         for _ in range(min(self.groups, len(groups))):
             gap_pos, gap_neg = max(need - have_pos, 0), max(need - have_neg, 0)
-            best = max(remaining, key=lambda k: (min(pos[k], gap_pos) + min(neg[k], gap_neg), -k))
+            best = max(remaining, key=lambda k: (min(pos[k], gap_pos) + min(neg[k], gap_neg), pos[k] + neg[k] > 0, -k))
             remaining.remove(best)
             chosen.append(best)
             have_pos, have_neg = have_pos + pos[best], have_neg + neg[best]

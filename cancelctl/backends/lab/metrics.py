@@ -19,20 +19,53 @@ from cancelctl.backends.lab.task import PAD_ID, ArithmeticTask, Problem
 
 N_BUCKETS = 4
 
+# Logged at every training step (SPEC "Per-step metrics", verl's names); eval adds `eval_key(k)`.
+STEP_KEYS = (
+    "critic/score/mean",
+    "actor/entropy",
+    "response_length/mean",
+    "actor/pg_loss",
+    "actor/pg_clipfrac",
+    "actor/pg_clipfrac_lower",
+    "actor/ppo_kl",
+    "actor/grad_norm",
+    "mismatch/rho_std",
+    "mismatch/rho_max",
+    "mismatch/pcc",
+    "hacking/J",
+    "dfpo/asym",
+    "dfpo/ortho_residual",
+    *(f"cancel/energy_b{k}" for k in range(N_BUCKETS)),
+    "cancel/flip_pos",
+    "cancel/flip_neg",
+    "compute/gen_tokens",
+    "compute/gen_tokens_cum",
+    "compute/update_steps_cum",
+    "compute/hours_cum",
+    "lab/logodds_drift",
+)
+
+
+def eval_key(k: int) -> str:
+    """avg@k accuracy on the held-out prompts (verl's val-core/<source>/<metric>/mean@k, '@' spelled out)."""
+    return f"val-core/lab/acc/mean_at_{k}"
+
 
 def frequency_buckets(responses: torch.Tensor, response_mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """[N, T] bucket 0..3 of every response token by its type's frequency in this batch (3 = most frequent).
 
-    Types are ranked by count; a type falls in the quartile that holds the midpoint of its share of
-    the batch's token occurrences, so buckets split the occurrences ~evenly and a type is never cut.
+    Types are ranked by count (rarest first) and a type goes to the quartile of the batch's token
+    occurrences in which its own occurrences end: buckets split the occurrences ~evenly, a type is
+    never cut, and the most frequent type is always in bucket 3.
     """
     mask = response_mask.bool()
-    counts = torch.bincount(responses[mask], minlength=vocab_size).double()
-    order = torch.argsort(counts, stable=True)  # rarest first
-    share = counts[order] / counts.sum().clamp(min=1)
-    midpoint = share.cumsum(0) - share / 2
+    counts = torch.bincount(responses[mask], minlength=vocab_size)
+    order = torch.argsort(counts, stable=True)
+    total = int(counts.sum())
+    ends = counts[order].cumsum(0)  # occurrences up to and including each type
+    quartile = (N_BUCKETS * ends + max(total, 1) - 1) // max(total, 1) - 1  # ceil(4·end/total) − 1, exact
     bucket_of_type = torch.empty(vocab_size, dtype=torch.long)
-    bucket_of_type[order] = (midpoint * N_BUCKETS).long().clamp(max=N_BUCKETS - 1)
+    bucket_of_type[order] = quartile.clamp(0, N_BUCKETS - 1)
     return bucket_of_type[responses]
 
 

@@ -95,11 +95,20 @@ class RolloutBatch:
         )
 
 
-def inference_copy(model: TinyCausalLM, precision: str) -> TinyCausalLM:
-    """The engine that samples: the trainer itself in fp32, a bf16 weight copy otherwise."""
-    if precision == "fp32":
-        return model
-    return copy.deepcopy(model).to(PRECISIONS[precision])
+class InferenceEngine:
+    """The model that samples. `fp32`: the trainer itself. `bf16`: a bfloat16 copy whose weights are
+    re-synced from the trainer before every generation (as verl syncs weights into vLLM)."""
+
+    def __init__(self, model: TinyCausalLM, precision: str) -> None:
+        self.trainer, self.precision = model, precision
+        self.model = model if precision == "fp32" else copy.deepcopy(model).to(PRECISIONS[precision]).requires_grad_(False)
+
+    @torch.no_grad()
+    def sync(self) -> TinyCausalLM:
+        if self.model is not self.trainer:
+            for mine, theirs in zip(self.model.parameters(), self.trainer.parameters()):
+                mine.copy_(theirs)
+        return self.model
 
 
 def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -124,7 +133,7 @@ def prompt_block(task: ArithmeticTask, problems: list[Problem], width: int) -> t
 
 @torch.no_grad()
 def generate(
-    model: TinyCausalLM,
+    engine: InferenceEngine,
     task: ArithmeticTask,
     problems: list[Problem],
     G: int,
@@ -132,18 +141,17 @@ def generate(
     max_new_tokens: int,
     temperature: float,
     top_p: float,
-    precision: str,
     generator: torch.Generator,
     first_group_id: int = 0,
 ) -> RolloutBatch:
     """Sample G responses for each problem (rows of one problem are adjacent and share a group id)."""
-    engine = inference_copy(model, precision)
+    sampler = engine.sync()
     rows = [p for p in problems for _ in range(G)]
     P, N = task.max_prompt_len, len(rows)
     prompt = prompt_block(task, rows, P)
     prompt_valid = prompt != PAD_ID
-    caches = [KVCache() for _ in engine.blocks]
-    logits = engine.decode_step(prompt, (prompt_valid.long().cumsum(-1) - 1).clamp(min=0), prompt_valid, caches)
+    caches = [KVCache() for _ in sampler.blocks]
+    logits = sampler.decode_step(prompt, (prompt_valid.long().cumsum(-1) - 1).clamp(min=0), prompt_valid, caches)
     next_pos = prompt_valid.sum(-1, keepdim=True)
     key_valid = prompt_valid
     tokens, log_probs, alive = [], [], []
@@ -159,7 +167,7 @@ def generate(
         if bool(done.all()) or t == max_new_tokens - 1:
             break
         key_valid = torch.cat([key_valid, alive[-1].unsqueeze(-1)], dim=1)
-        logits = engine.decode_step(token.unsqueeze(-1), next_pos + t, key_valid, caches)
+        logits = sampler.decode_step(token.unsqueeze(-1), next_pos + t, key_valid, caches)
     responses = torch.stack(tokens, dim=1)
     response_mask = torch.stack(alive, dim=1).float()
     ids = torch.cat([prompt, responses], dim=1)
@@ -167,8 +175,8 @@ def generate(
     rewards = torch.tensor(
         [task.reward(p, responses[i][response_mask[i].bool()].tolist()) for i, p in enumerate(rows)]
     )
-    if precision == "fp32":  # the engine is the trainer: its log-probs are the trainer's forward
-        rollout_log_prob = response_forward(model, ids, valid, P, temperature).log_prob * response_mask
+    if engine.precision == "fp32":  # the engine is the trainer: its log-probs are the trainer's forward
+        rollout_log_prob = response_forward(engine.trainer, ids, valid, P, temperature).log_prob * response_mask
     else:
         rollout_log_prob = torch.stack(log_probs, dim=1)
     group_ids = torch.arange(len(problems)).repeat_interleave(G) + first_group_id

@@ -21,10 +21,17 @@ import torch
 import losses
 from cancelctl.backends.lab import checkpoint, warmstart
 from cancelctl.backends.lab.batching import RewardBalancedBuffer, holds_whole_groups, minibatches
-from cancelctl.backends.lab.metrics import LogOddsProbe, bucket_energy, frequency_buckets, token_flips
+from cancelctl.backends.lab.metrics import (
+    STEP_KEYS,
+    LogOddsProbe,
+    bucket_energy,
+    eval_key,
+    frequency_buckets,
+    token_flips,
+)
 from cancelctl.backends.lab.objective import build_loss, loss_config, needs_groups, row_weights
 from cancelctl.backends.lab.policy import PolicyConfig, TinyCausalLM, response_forward, token_entropy
-from cancelctl.backends.lab.rollout import RolloutBatch, generate
+from cancelctl.backends.lab.rollout import InferenceEngine, RolloutBatch, generate
 from cancelctl.backends.lab.task import VOCAB, ArithmeticTask
 from cancelctl.plan import RunSpec
 from cancelctl.spec import AlgorithmSpec, ExperimentSpec
@@ -102,6 +109,7 @@ class LabRun:
         )
         warm = warmstart.WarmStartConfig(steps=lab.warmstart_steps, noise=lab.warmstart_noise, seed=spec.seed)
         self.model: TinyCausalLM = warmstart.load_or_train(self.task, policy, warm, cache_dir)
+        self.engine = InferenceEngine(self.model, spec.rollout.precision)
         self.reference = copy.deepcopy(self.model).requires_grad_(False) if alg.kl_coef > 0 else None
         self.optimizer = make_optimizer(alg, self.model.parameters())
         self.noise_generator = torch.Generator()  # re-seeded every step (inject_noise [H eq. 21])
@@ -134,6 +142,9 @@ class LabRun:
             self.progress.hours_cum += (time.perf_counter() - started) / 3600
             metrics["compute/hours_cum"] = self.progress.hours_cum
             metrics = {k: _finite(v) for k, v in metrics.items()}
+            missing = set(STEP_KEYS) - set(metrics)
+            if missing:  # a backend that silently drops a SPEC key breaks every report downstream
+                raise RuntimeError(f"lab step {step} lacks metric keys {sorted(missing)}")
             self.progress.step, self.progress.last_metrics = step, metrics
             self.logger.log(step, metrics)
             if step % spec.lab.checkpoint_every == 0 or step == spec.budget.steps:
@@ -191,14 +202,13 @@ class LabRun:
         spec = self.spec
         problems = self.task.sample_train(self.P, generator(spec.seed, step, "prompts", round_index))
         batch = generate(
-            self.model,
+            self.engine,
             self.task,
             problems,
             self.G,
             max_new_tokens=self.max_new_tokens,
             temperature=spec.rollout.temperature,
             top_p=spec.rollout.top_p,
-            precision=spec.rollout.precision,
             generator=generator(spec.seed, step, "rollout", round_index),
             first_group_id=self.progress.next_group_id,
         )
@@ -317,17 +327,16 @@ class LabRun:
         """avg@k accuracy on the held-out prompts, sampled like rollouts (own generator per step)."""
         k = self.spec.eval.k
         batch = generate(
-            self.model,
+            self.engine,
             self.task,
             self.eval_problems,
             k,
             max_new_tokens=self.max_new_tokens,
             temperature=self.spec.rollout.temperature,
             top_p=self.spec.rollout.top_p,
-            precision=self.spec.rollout.precision,
             generator=generator(self.spec.seed, step, "eval"),
         )
-        return {f"val-core/lab/acc/mean_at_{k}": float(batch.rewards.mean())}
+        return {eval_key(k): float(batch.rewards.mean())}
 
     def save(self) -> None:
         checkpoint.save(

@@ -27,7 +27,7 @@ from cancelctl.backends.lab.rollout import prompt_block
 from cancelctl.backends.lab.task import FORM_WEIGHTS, PAD_ID, SURFACE_FORMS, ArithmeticTask, Problem
 
 CACHE_VERSION = 1  # bump when the corpus or the training recipe changes: old files stop matching
-BATCH_SIZE = 64
+BATCH_SIZE = 32
 LR = 3e-3
 
 
@@ -40,7 +40,13 @@ class WarmStartConfig:
 
 def cache_key(task: ArithmeticTask, policy: PolicyConfig, warm: WarmStartConfig) -> str:
     blob = json.dumps(
-        {"v": CACHE_VERSION, "max_operand": task.max_operand, "policy": asdict(policy), "warm": asdict(warm)},
+        {
+            "v": CACHE_VERSION,
+            "max_operand": task.max_operand,
+            "policy": asdict(policy),
+            "warm": asdict(warm),
+            "recipe": {"batch_size": BATCH_SIZE, "lr": LR},
+        },
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
