@@ -72,7 +72,7 @@ def dfpo(
 
     coef = (adv * weights).unsqueeze(-1)  # s̃_i Â_i per row
     if stop_grad:
-        token_objective = coef * (1.0 + log_prob - log_prob.detach())
+        token_objective = coef * (1.0 + (log_prob - log_prob.detach()))  # value exactly s̃Â
     else:
         token_objective = coef * log_prob
     token_loss = -token_objective

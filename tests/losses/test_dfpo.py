@@ -181,3 +181,4 @@ def test_options_read_from_any_config_shape(b):
         cfg = SimpleNamespace(clip_ratio=CLIP, clip_ratio_low=None, clip_ratio_high=None, policy_loss=policy)
         loss, _ = losses.get("dfpo")(**b.kwargs(loss_agg_mode="seq-mean-token-mean", config=cfg, group_ids=b.group_ids))
         assert loss.item() == expected.item()
+
