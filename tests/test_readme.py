@@ -1,0 +1,185 @@
+"""Every `cancelctl` example in the README runs, as written, through the CLI.
+
+The demo (README line 1: the lab sweep on the local executor, then its report) runs once for real
+in a fresh work dir; the other examples run against that work dir. SLURM examples run in the
+slurm-marked test when a cluster is up (CI starts one).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cancelctl.cli import app
+from conftest import ROOT
+
+README = (ROOT / "README.md").read_text()
+runner = CliRunner()
+
+
+def code_blocks(text: str) -> list[list[str]]:
+    blocks, current = [], None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if current is None:
+                current = []
+            else:
+                blocks.append(current)
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def readme_commands(prefix: str = "cancelctl ") -> list[str]:
+    """Example command lines of bash blocks after the set-up block, comments stripped."""
+    out = []
+    for block in code_blocks(README)[1:]:
+        for line in block:
+            line = line.split("  #", 1)[0].strip()
+            if line.startswith(prefix):
+                out.append(line)
+    return out
+
+
+def cli(line: str, cwd: Path) -> "object":
+    """Run one README line through the Typer app, from `cwd` (globs expanded like a shell)."""
+    argv = []
+    for word in shlex.split(line)[1:]:
+        argv.extend(sorted(str(p.relative_to(cwd)) for p in cwd.glob(word)) if "*" in word else [word])
+    return runner.invoke(app, argv, catch_exceptions=False)
+
+
+def test_setup_block_is_exactly_two_lines():
+    setup = code_blocks(README)[0]
+    assert len(setup) == 2
+    demo, tests = setup
+    assert "pip install torch==2.13.0" in demo.split("pip install -e .")[0], "CPU torch must be installed first"
+    assert "cancelctl sweep experiments/lab-demo.yaml" in demo and "cancelctl report --baseline gspo" in demo
+    assert "'.[test]'" in tests and tests.rstrip().endswith("pytest -q")
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "sed -n 2p" in ci and "README.md" in ci
+
+
+LOCAL_EXAMPLES = {
+    "cancelctl validate experiments/*.yaml",
+    "cancelctl plan experiments/group-size.yaml",
+    "cancelctl plan experiments/group-size.yaml --json",
+    "cancelctl render experiments/group-size.yaml --run gspo-G=8-s0",
+    "cancelctl schema --output schema/sweep.schema.json",
+    "cancelctl sweep experiments/lab-demo.yaml",
+    "cancelctl sweep experiments/lab-demo.yaml --dry-run",
+    "cancelctl status lab-demo",
+    "cancelctl sweep experiments/lab-demo.yaml --retry-failed",
+    "cancelctl sync",
+    "cancelctl report --baseline gspo",
+    "cancelctl report lab-demo --baseline gspo --threshold 0.6 --compute updates",
+    "cancelctl bench losses --rows 256 --tokens 1024 --group 8",
+}
+SLURM_EXAMPLES = {
+    "cancelctl sweep experiments/lab-demo.yaml --executor slurm --no-wait",
+    "cancelctl status lab-demo",
+    "cancelctl cancel lab-demo",
+}
+
+
+def test_every_readme_example_is_covered_here():
+    assert set(readme_commands()) == LOCAL_EXAMPLES | SLURM_EXAMPLES
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory, monkeypatch_module):
+    """A copy of the user-facing files, so examples that write (schema, results/) stay in tmp."""
+    root = tmp_path_factory.mktemp("project")
+    for name in ("experiments", "schema"):
+        shutil.copytree(ROOT / name, root / name)
+    monkeypatch_module.chdir(root)
+    monkeypatch_module.setenv("CANCELCTL_WORKDIR", str(root / ".cancelctl"))
+    monkeypatch_module.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def test_spec_examples(project):
+    for line in sorted(c for c in LOCAL_EXAMPLES if c.split()[1] in ("validate", "plan", "render", "schema")):
+        result = cli(line, project)
+        assert result.exit_code == 0, f"{line}\n{result.output}"
+    assert json.loads((project / "schema" / "sweep.schema.json").read_text())["title"] == "cancelctl sweep"
+
+
+@pytest.mark.slow
+def test_demo_and_the_examples_on_its_work_dir(project):
+    """README line 1 for real: 16 lab runs on the local executor, then the report (≤ 5 min target)."""
+    t0 = time.monotonic()
+    result = cli("cancelctl sweep experiments/lab-demo.yaml", project)
+    took = time.monotonic() - t0
+    print(f"lab demo sweep: {took:.0f} s")
+    assert result.exit_code == 0, result.output
+    assert "submitted 16" in result.output and "16 completed" in result.output
+
+    result = cli("cancelctl report --baseline gspo", project)
+    assert result.exit_code == 0, result.output
+    report = project / "results" / "lab-demo"
+    for name in ("report.md", "report.html"):
+        assert (report / name).stat().st_size > 0
+    assert "Compute@Reward" in result.output
+
+    # the same sweep again submits nothing
+    for line in ("cancelctl sweep experiments/lab-demo.yaml", "cancelctl sweep experiments/lab-demo.yaml --retry-failed"):
+        result = cli(line, project)
+        assert result.exit_code == 0 and "submitted 0" in result.output and "skipped 16 finished" in result.output
+    result = cli("cancelctl sweep experiments/lab-demo.yaml --dry-run", project)
+    assert result.exit_code == 0 and "would submit 0" in result.output
+    result = cli("cancelctl status lab-demo", project)
+    assert result.exit_code == 0 and "16 completed" in result.output
+    result = cli("cancelctl sync", project)
+    assert result.exit_code == 0 and "uploaded 0 points" in result.output
+    result = cli("cancelctl report lab-demo --baseline gspo --threshold 0.6 --compute updates", project)
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.slow
+def test_bench_losses_example():
+    line = "cancelctl bench losses --rows 256 --tokens 1024 --group 8"
+    result = runner.invoke(app, shlex.split(line)[1:] + ["--repeats", "2", "--no-verl"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert re.search(r"dfpo.*×", result.output) and "transform" in result.output
+
+
+def _slurm_up() -> bool:
+    return shutil.which("sinfo") is not None and subprocess.run(["sinfo"], capture_output=True).returncode == 0
+
+
+@pytest.mark.slurm
+def test_slurm_examples(tmp_path, monkeypatch):
+    if not _slurm_up():
+        pytest.skip("no SLURM cluster (start one with .ci/slurm-up.sh)")
+    shutil.copytree(ROOT / "experiments", tmp_path / "experiments")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CANCELCTL_WORKDIR", str(tmp_path / ".cancelctl"))
+    result = cli("cancelctl sweep experiments/lab-demo.yaml --executor slurm --no-wait", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "submitted 16" in result.output and "jobs" in result.output
+    result = cli("cancelctl status lab-demo", tmp_path)
+    assert result.exit_code == 0 and "lab-demo" in result.output
+    result = cli("cancelctl cancel lab-demo", tmp_path)
+    assert result.exit_code == 0 and "cancelled" in result.output
+    squeue = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
+    assert "lab-demo" not in squeue
