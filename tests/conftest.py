@@ -2,9 +2,6 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENTS = ROOT / "experiments"
-
 
 @pytest.fixture
 def write_yaml(tmp_path):

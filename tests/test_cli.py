@@ -8,7 +8,7 @@ import yaml
 from typer.testing import CliRunner
 
 from cancelctl.cli import app
-from conftest import EXPERIMENTS
+from project_paths import EXPERIMENTS
 
 runner = CliRunner()
 ALL_SPECS = sorted(EXPERIMENTS.glob("*.yaml"))

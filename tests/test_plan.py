@@ -6,7 +6,7 @@ import pytest
 
 from cancelctl.errors import SpecError, UnmatchedArmsError
 from cancelctl.plan import load_sweep
-from conftest import EXPERIMENTS
+from project_paths import EXPERIMENTS
 
 MINIMAL = """\
 name: t

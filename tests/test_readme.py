@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cancelctl.cli import app
-from conftest import ROOT
+from project_paths import ROOT
 
 README = (ROOT / "README.md").read_text()
 runner = CliRunner()

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from cancelctl.errors import SpecError
 from cancelctl.plan import load_sweep
-from conftest import EXPERIMENTS
+from project_paths import EXPERIMENTS
 
 BASE = """\
 name: t
