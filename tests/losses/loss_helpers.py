@@ -1,7 +1,7 @@
 """Batches, helpers and the verl fixture shared by the loss tests (imported as `loss_helpers`).
 
-No conftest.py here on purpose: the top-level tests do `from conftest import ...`, which a second
-conftest module would shadow.
+No conftest.py here on purpose: conftest.py modules of sibling test folders shadow each other when
+imported by name.
 
 Gradients are taken with autograd on the per-token log-probs (`log_prob` is the leaf). Losses are
 minimised, so dLoss/dlog π = −(objective coefficient) × the aggregation's normalisation.
