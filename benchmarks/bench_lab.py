@@ -40,7 +40,9 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "cancelctl-lab-cache")
     args = parser.parse_args()
     run = next(r for r in load_sweep(DEMO).runs if r.arm == args.arm and r.G == args.G and r.seed == 0)
-    spec = run.spec.model_copy(update={"budget": run.spec.budget.model_copy(update={"steps": args.steps, "prompts_per_step": 16})})
+    spec = run.spec.model_copy(
+        update={"budget": run.spec.budget.model_copy(update={"steps": args.steps, "prompts_per_step": 16})}
+    )
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     with tempfile.TemporaryDirectory() as run_dir:
@@ -60,7 +62,8 @@ def main() -> None:
     step_s, base_s = statistics.median(step_times[2:]), statistics.median(base_times[2:])
     rows = spec.budget.prompts_per_step * args.G
     print(f"setup (warm start load or train): {setup_s:.1f} s")
-    print(f"lab step ({args.arm}, 16 prompts x G {args.G} = {rows} rows, 1 thread): {step_s * 1e3:.0f} ms (target <= 200 ms)")
+    label = f"{args.arm}, 16 prompts x G {args.G} = {rows} rows, 1 thread"
+    print(f"lab step ({label}): {step_s * 1e3:.0f} ms (target <= 200 ms)")
     print(f"baseline (one fp32 forward of the same {rows} rows): {base_s * 1e3:.1f} ms -> ratio {step_s / base_s:.1f}x")
 
 

@@ -56,8 +56,9 @@ class RewardBalancedBuffer:
 
     Groups stay whole (Â is a property of the group, and DFPO needs groups). Selection is greedy:
     each slot takes the group that most reduces the remaining n⁺/n⁻ deficit; ties go to groups with
-    any Â ≠ 0, then to the oldest, so stale rollouts leave first. After a selection at most `capacity` groups are kept (newest);
-    the rest are discarded — generated, never used, but counted as compute.
+    any Â ≠ 0, then to the oldest, so stale rollouts leave first. After a selection at most
+    `capacity` groups are kept (newest); the rest are discarded — generated, never used, but
+    counted as compute.
     """
 
     def __init__(self, groups: int, min_frac: float, capacity: int) -> None:

@@ -33,4 +33,4 @@ def load(run_dir: Path) -> dict[str, Any] | None:
     path = Path(run_dir) / CHECKPOINT
     if not path.exists():
         return None
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return torch.load(path, map_location="cpu", weights_only=True)

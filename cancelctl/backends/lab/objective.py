@@ -10,8 +10,9 @@ import torch
 
 import losses
 from cancelctl.spec import AlgorithmSpec
-from losses.ratios import sequence_ratio, sign_aware_clip, symmetric_clip, token_ratio
-from losses.registry import NEEDS_GROUPS
+
+# Losses whose value needs whole groups (SPEC "DFPO, exactly" 5).
+GROUP_LOSSES = frozenset({"dfpo"})
 
 
 def loss_config(algorithm: AlgorithmSpec, G: int) -> losses.LossConfig:
@@ -50,7 +51,7 @@ def build_loss(algorithm: AlgorithmSpec, noise_generator: torch.Generator):
 
 
 def needs_groups(algorithm: AlgorithmSpec) -> bool:
-    return algorithm.loss in NEEDS_GROUPS
+    return algorithm.loss in GROUP_LOSSES
 
 
 def row_weights(
@@ -69,11 +70,13 @@ def row_weights(
     """
     lengths = response_mask.sum(-1).clamp(min=1)
     if algorithm.loss in ("gspo", "dfpo"):
-        s = sequence_ratio(log_prob, old_log_prob, response_mask)
-        return sign_aware_clip(s, advantages, algorithm.clip_low, algorithm.clip_high)
-    r = token_ratio(log_prob, old_log_prob)
+        s = losses.sequence_ratio(log_prob, old_log_prob, response_mask)
+        return losses.sign_aware_clip(s, advantages, algorithm.clip_low, algorithm.clip_high)
+    r = losses.token_ratio(log_prob, old_log_prob)
     if algorithm.loss == "grpo_symclip":
-        clipped = symmetric_clip(r, algorithm.clip_high)
+        clipped = losses.symmetric_clip(r, algorithm.clip_high)
     else:
-        clipped = sign_aware_clip(r, advantages.unsqueeze(-1).expand_as(r), algorithm.clip_low, algorithm.clip_high)
+        clipped = losses.sign_aware_clip(
+            r, advantages.unsqueeze(-1).expand_as(r), algorithm.clip_low, algorithm.clip_high
+        )
     return (clipped * response_mask).sum(-1) / lengths

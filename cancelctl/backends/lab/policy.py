@@ -86,15 +86,15 @@ class TinyCausalLM(nn.Module):
     def decode_step(
         self, ids: torch.Tensor, positions: torch.Tensor, key_valid: torch.Tensor, caches: list[KVCache]
     ) -> torch.Tensor:
-        """Incremental forward of new columns `ids` [B, l] given cached keys; key_valid [B, cached + l].
-        Returns logits [B, l, V]. The first call (empty caches) is the prompt pass."""
-        l, Lk = ids.shape[1], key_valid.shape[1]
-        causal = torch.ones(l, Lk, dtype=torch.bool, device=ids.device).tril(diagonal=Lk - l)
-        self_key = torch.zeros(l, Lk, dtype=torch.bool, device=ids.device)
-        self_key[:, Lk - l :] = torch.eye(l, dtype=torch.bool)
+        """Incremental forward of new columns `ids` [B, n] given cached keys; key_valid [B, cached + n].
+        Returns logits [B, n, V]. The first call (empty caches) is the prompt pass."""
+        n, Lk = ids.shape[1], key_valid.shape[1]
+        causal = torch.ones(n, Lk, dtype=torch.bool, device=ids.device).tril(diagonal=Lk - n)
+        self_key = torch.zeros(n, Lk, dtype=torch.bool, device=ids.device)
+        self_key[:, Lk - n :] = torch.eye(n, dtype=torch.bool)
         attn_mask = causal & (key_valid[:, None, None, :] | self_key)
         x = self.tok_emb(ids) + self.pos_emb(positions)
-        for block, cache in zip(self.blocks, caches):
+        for block, cache in zip(self.blocks, caches, strict=True):
             x = block(x, attn_mask, cache)
         return self.lm_head(self.ln_f(x))
 

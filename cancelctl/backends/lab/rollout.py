@@ -101,12 +101,14 @@ class InferenceEngine:
 
     def __init__(self, model: TinyCausalLM, precision: str) -> None:
         self.trainer, self.precision = model, precision
-        self.model = model if precision == "fp32" else copy.deepcopy(model).to(PRECISIONS[precision]).requires_grad_(False)
+        self.model = (
+            model if precision == "fp32" else copy.deepcopy(model).to(PRECISIONS[precision]).requires_grad_(False)
+        )
 
     @torch.no_grad()
     def sync(self) -> TinyCausalLM:
         if self.model is not self.trainer:
-            for mine, theirs in zip(self.model.parameters(), self.trainer.parameters()):
+            for mine, theirs in zip(self.model.parameters(), self.trainer.parameters(), strict=True):
                 mine.copy_(theirs)
         return self.model
 
@@ -172,9 +174,7 @@ def generate(
     response_mask = torch.stack(alive, dim=1).float()
     ids = torch.cat([prompt, responses], dim=1)
     valid = torch.cat([prompt_valid, response_mask.bool()], dim=1)
-    rewards = torch.tensor(
-        [task.reward(p, responses[i][response_mask[i].bool()].tolist()) for i, p in enumerate(rows)]
-    )
+    rewards = torch.tensor([task.reward(p, responses[i][response_mask[i].bool()].tolist()) for i, p in enumerate(rows)])
     if engine.precision == "fp32":  # the engine is the trainer: its log-probs are the trainer's forward
         rollout_log_prob = response_forward(engine.trainer, ids, valid, P, temperature).log_prob * response_mask
     else:

@@ -126,8 +126,9 @@ class ArithmeticTask:
             Problem(a, b, t) for i, (a, b) in enumerate(eval_pairs) for t in range(n_templates) if t != i % n_templates
         ]
         self.all_pairs = pairs
-        self.max_prompt_len = 1 + max(len(self.prompt_tokens(Problem(self.max_operand, self.max_operand, t)))
-                                      for t in range(n_templates))
+        self.max_prompt_len = 1 + max(
+            len(self.prompt_tokens(Problem(self.max_operand, self.max_operand, t))) for t in range(n_templates)
+        )
 
     # ------------------------------------------------------------ text
 

@@ -168,7 +168,9 @@ class LabRun:
             entropy = token_entropy(old.logits.float() / temperature)
             ref_log_prob = None
             if self.reference is not None:
-                ref_log_prob = response_forward(self.reference, batch.ids, batch.valid, batch.prompt_len, temperature).log_prob
+                ref_log_prob = response_forward(
+                    self.reference, batch.ids, batch.valid, batch.prompt_len, temperature
+                ).log_prob
 
         # 3. ppo_epochs × mini-batches
         rows_per_minibatch = spec.mini_batch_prompts * self.G
@@ -183,7 +185,9 @@ class LabRun:
 
         # 4. what the step's update did
         with torch.no_grad():
-            new_log_prob = response_forward(self.model, batch.ids, batch.valid, batch.prompt_len, temperature).log_prob * mask
+            new_log_prob = (
+                response_forward(self.model, batch.ids, batch.valid, batch.prompt_len, temperature).log_prob * mask
+            )
         metrics.update(_mean_over(passes))
         metrics["actor/entropy"] = float((entropy * mask).sum() / mask.sum().clamp(min=1))
         metrics.update(_mismatch(old_log_prob, batch.rollout_log_prob, mask))
@@ -278,9 +282,7 @@ class LabRun:
         out.logits.retain_grad()
         log_prob = out.log_prob * mask
         self.config.global_batch_info = (
-            {}
-            if whole
-            else {"global_batch_size": len(rows), "batch_num_tokens": batch.response_mask[rows].sum()}
+            {} if whole else {"global_batch_size": len(rows), "batch_num_tokens": batch.response_mask[rows].sum()}
         )
         kwargs: dict[str, Any] = dict(
             old_log_prob=old_log_prob[fwd],
@@ -368,7 +370,9 @@ class LabRun:
 # ---------------------------------------------------------------------- helpers
 
 
-def _weight_metrics(alg: AlgorithmSpec, log_prob: torch.Tensor, kwargs: dict[str, Any], rows_in: torch.Tensor) -> dict[str, float]:
+def _weight_metrics(
+    alg: AlgorithmSpec, log_prob: torch.Tensor, kwargs: dict[str, Any], rows_in: torch.Tensor
+) -> dict[str, float]:
     """`dfpo/asym` and `dfpo/ortho_residual` for the weights a ratio-based loss used in this pass.
     The residual only counts groups the pass holds whole (a partial group's Σ Â is not 0 anyway)."""
     adv, mask, gids = kwargs["advantages"][rows_in], kwargs["response_mask"][rows_in], kwargs["group_ids"][rows_in]

@@ -71,7 +71,7 @@ def corpus_batch(task: ArithmeticTask, n: int, noise: float, g: torch.Generator)
     forms = torch.multinomial(torch.tensor(FORM_WEIGHTS), n, replacement=True, generator=g).tolist()
     wrong = (torch.rand(n, generator=g) < noise).tolist()
     problems, answers = [], []
-    for pair, template, form, is_wrong in zip(pairs, templates, forms, wrong):
+    for pair, template, form, is_wrong in zip(pairs, templates, forms, wrong, strict=True):
         p = Problem(*task.all_pairs[pair], template)
         value = wrong_value(p.answer, task.max_sum, g) if is_wrong else p.answer
         problems.append(p)

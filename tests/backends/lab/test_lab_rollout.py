@@ -38,7 +38,11 @@ def test_kv_cache_decoding_matches_the_full_forward(setup):
     steps = [model.decode_step(batch.ids[:, :P], positions, prompt_valid, caches)[:, -1]]
     for t in range(batch.response_mask.shape[1] - 1):
         key_valid = batch.valid[:, : P + t + 1]
-        steps.append(model.decode_step(batch.ids[:, P + t : P + t + 1], prompt_valid.sum(-1, keepdim=True) + t, key_valid, caches)[:, -1])
+        steps.append(
+            model.decode_step(
+                batch.ids[:, P + t : P + t + 1], prompt_valid.sum(-1, keepdim=True) + t, key_valid, caches
+            )[:, -1]
+        )
     cached = torch.stack(steps, dim=1)
     live = batch.response_mask.bool()
     assert torch.allclose(cached[live], full[:, P - 1 : -1][live], atol=1e-5)
@@ -97,8 +101,15 @@ def test_concat_pads_responses(setup):
     task, model = setup
     a = sample(task, model, "bf16", seed=1)
     b = a.select(list(range(4)))
-    b = RolloutBatch(**{**b.__dict__, "ids": b.ids[:, :-2], "valid": b.valid[:, :-2],
-                        "response_mask": b.response_mask[:, :-2], "rollout_log_prob": b.rollout_log_prob[:, :-2]})
+    b = RolloutBatch(
+        **{
+            **b.__dict__,
+            "ids": b.ids[:, :-2],
+            "valid": b.valid[:, :-2],
+            "response_mask": b.response_mask[:, :-2],
+            "rollout_log_prob": b.rollout_log_prob[:, :-2],
+        }
+    )
     both = RolloutBatch.concat([b, a])
     assert both.size == a.size + 4
     assert both.ids.shape[1] == a.ids.shape[1]

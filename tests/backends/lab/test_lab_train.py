@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lab_helpers import lab_run, run_lab, without_wall_clock
+from lab_helpers import ListLogger, lab_run, run_lab, without_wall_clock
 
 from cancelctl.backends.lab import train, warmstart
 from cancelctl.backends.lab.checkpoint import CHECKPOINT
@@ -47,14 +47,18 @@ def test_every_spec_key_at_every_step(strategy, tmp_path, warm_cache):
 def test_dfpo_runs_on_whole_groups_whatever_the_batching(tmp_path, warm_cache):
     """default batching splits groups across mini-batches; DFPO still transforms whole groups."""
     for strategy in ("default", "query_preserved", "sign_split"):
-        run = lab_run({"algorithm": {"loss": "dfpo", "clip_low": 3e-4, "clip_high": 4e-4}, "batching": {"strategy": strategy}})
+        run = lab_run(
+            {"algorithm": {"loss": "dfpo", "clip_low": 3e-4, "clip_high": 4e-4}, "batching": {"strategy": strategy}}
+        )
         final, logger = run_lab(run, tmp_path / strategy, warm_cache)
         for step in (1, 2, 3, 4):
             assert logger.steps()[step]["dfpo/ortho_residual"] < 1e-6
 
 
 def test_gspo_weights_are_not_orthogonal(tmp_path, warm_cache):
-    run = lab_run({"algorithm": {"loss": "gspo", "clip_low": 0.2, "clip_high": 0.2}, "batching": {"strategy": "query_preserved"}})
+    run = lab_run(
+        {"algorithm": {"loss": "gspo", "clip_low": 0.2, "clip_high": 0.2}, "batching": {"strategy": "query_preserved"}}
+    )
     _, logger = run_lab(run, tmp_path, warm_cache)
     assert max(m["dfpo/ortho_residual"] for s, m in logger.steps().items() if s) > 1e-6
 
@@ -148,7 +152,8 @@ def test_warm_start_is_trained_once_and_shared(tmp_path, monkeypatch):
     for t in threads:
         t.join()
     assert len(calls) == 1
-    assert all(torch.equal(a, b) for a, b in zip(models[0].state_dict().values(), models[1].state_dict().values()))
+    first, second = models[0].state_dict(), models[1].state_dict()
+    assert all(torch.equal(first[k], second[k]) for k in first)
     assert [p.suffix for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == [".pt"]
     other_seed = warmstart.WarmStartConfig(steps=20, noise=0.5, seed=1)
     assert warmstart.cache_key(task, policy, warm) != warmstart.cache_key(task, policy, other_seed)
@@ -166,3 +171,47 @@ def test_the_lab_learns_under_grpo(tmp_path, warm_cache):
     assert 0.1 <= start <= 0.6  # a warm start with room to learn
     curve = [(s, m[key]) for s, m in logger.points if key in m]
     assert final[key] - start >= 0.10, curve
+
+
+@pytest.mark.parametrize(
+    "agg_mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+)
+def test_whole_batch_pass_with_row_weights_equals_the_minibatch_pass(agg_mode, tmp_path, warm_cache, monkeypatch):
+    """The pass DFPO uses when a mini-batch splits groups (whole batch forward, 0/1 row weights,
+    the mini-batch's denominators) moves θ exactly as a pass over the mini-batch alone."""
+    import sys
+
+    from cancelctl.backends.lab.policy import response_forward
+
+    lab_train = sys.modules["cancelctl.backends.lab.train"]  # the module (the package exports the function)
+
+    algorithm = {
+        "loss": "gspo",
+        "optimizer": "sgd",
+        "lr": 0.5,
+        "grad_clip": 1e9,
+        "loss_agg_mode": agg_mode,
+        "entropy_coef": 0.01,
+    }
+    run = lab_run({"algorithm": algorithm, "budget": {"prompts_per_step": 8}})
+    lab = lab_train.LabRun(run.spec, tmp_path, ListLogger(), warm_cache)
+    batch, _ = lab.collect(1)
+    assert (batch.advantages != 0).any()
+    with torch.no_grad():
+        old = response_forward(lab.model, batch.ids, batch.valid, batch.prompt_len).log_prob * batch.response_mask
+    rows = torch.tensor([0, 1, 5, 6, 7, 12, 20, 21])  # partial groups
+    start = {k: v.clone() for k, v in lab.model.state_dict().items()}
+
+    results = []
+    for whole_batch_pass in (False, True):
+        lab.model.load_state_dict(start)
+        monkeypatch.setattr(lab_train, "needs_groups", lambda algorithm, answer=whole_batch_pass: answer)
+        energy = torch.zeros_like(batch.response_mask, dtype=torch.float64)
+        metrics = lab.update(batch, rows, old, None, energy)
+        results.append(({k: v.clone() for k, v in lab.model.state_dict().items()}, energy, metrics))
+    (direct, energy_direct, m_direct), (masked, energy_masked, m_masked) = results
+    assert any(not torch.equal(direct[k], start[k]) for k in start)
+    for k in start:
+        assert torch.allclose(direct[k], masked[k], atol=1e-6), k
+    assert torch.allclose(energy_direct, energy_masked, rtol=1e-4, atol=1e-12)
+    assert m_direct["actor/pg_loss"] == pytest.approx(m_masked["actor/pg_loss"], abs=1e-6)
