@@ -29,6 +29,7 @@ import datetime
 import importlib
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -74,6 +75,7 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None)
     record = json.loads((run_dir / RUN_JSON).read_text(encoding="utf-8"))
     run = RunSpec.from_json(record["run"])
     cache_dir = Path(record["cache_dir"])
+    _refuse_stale(run_dir, run.run_id, token)
     _start_attempt(run_dir, token)
     (run_dir / RESULT_JSON).unlink(missing_ok=True)
     if threads:
@@ -101,6 +103,30 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None)
     _atomic_json(run_dir / RESULT_JSON, {"metrics": result, "finished_at": time.time(), "token": token})
     _end_attempt(run_dir, token, "finished")
     return result
+
+
+class StaleSubmission(RuntimeError):
+    """This job's submission is no longer the run's current one (cancelled, or submitted again)."""
+
+
+def _refuse_stale(run_dir: Path, run_id: str, token: str) -> None:
+    """A job starting after its run was cancelled or resubmitted must not run it (twice): e.g. a
+    local process still starting when `cancel` stopped its controller. Checked before anything is
+    written to the run folder, so the current submission's files stay as they are."""
+    from cancelctl.manifest import ManifestStore
+
+    store = ManifestStore(run_dir.parent.parent / "manifest.json")
+    if not token or not store.exists():
+        return  # a run folder used outside a sweep
+    manifest = store.load()
+    latest = manifest.latest_submission(run_id)
+    if latest is None or latest[0].token != token:
+        current = latest[0].token if latest else None
+        raise StaleSubmission(f"run {run_id}: submission {token} was superseded by {current}; not running it")
+    entry, sub = manifest.runs[run_id], latest[0]
+    cancelled = max(entry.cancelled_at or 0.0, manifest.cancelled_at or 0.0)
+    if cancelled >= sub.created_at:
+        raise StaleSubmission(f"run {run_id}: cancelled before submission {token} started; not running it")
 
 
 def backend_train(name: str):
@@ -244,6 +270,9 @@ def main(argv: list[str]) -> None:
     MLflow at interpreter exit costs seconds per run and does nothing useful."""
     if len(argv) not in (2, 3) or argv[0] not in ("slurm", "local"):
         sys.exit("usage: python -m cancelctl.jobs slurm FOLDER TOKEN | local FOLDER")
+    # The local driver starts controllers with SIGINT ignored (so Ctrl-C reaches the run itself,
+    # not a controller that would SIGKILL it a second later); runs take Ctrl-C as KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     code = 0
     try:
         submitit_entry(argv[1], argv[2] if argv[0] == "slurm" else None)

@@ -138,16 +138,27 @@ def cancel_sweep(workdir: Path, sweep: str) -> list[str]:
 
 
 def _stop_process(paths: SweepPaths, state: RunState, signalled: dict[str, float]) -> None:
-    """SIGINT first (the run records INTERRUPTED and closes its MLflow run), SIGKILL after a grace."""
-    first = signalled.setdefault(state.job_id, time.monotonic())
-    hard = time.monotonic() - first >= INTERRUPT_GRACE_S
-    pids = [int(state.job_id)] if state.job_id.isdigit() and int(state.job_id) != os.getpid() else []
-    job = _read_json(paths.run_dir(state.run_id) / JOB_JSON)
-    if job and process_alive(job.get("pid"), job.get("start")) and job.get("pid") != os.getpid():
-        pids.append(int(job["pid"]))
-    for pid in pids:
+    """SIGINT to the run's own process first (it records INTERRUPTED and closes its MLflow run
+    KILLED), SIGKILL to it and its controller after a grace. A controller whose run has not
+    started yet is killed at once: the late run would refuse to start anyway (cancelled)."""
+    now = time.monotonic()
+    first = signalled.setdefault(state.job_id, now)
+    hard = now - first >= INTERRUPT_GRACE_S
+    if first != now and not hard:
+        return  # SIGINT once: a second one would interrupt the run's own cleanup
+    controller = int(state.job_id) if state.job_id.isdigit() else None
+    job = _read_json(paths.run_dir(state.run_id) / JOB_JSON) or {}
+    task = job.get("pid") if process_alive(job.get("pid"), job.get("start")) else None
+    targets: list[tuple[int, int]] = []
+    if task is not None:
+        targets.append((task, signal.SIGKILL if hard else signal.SIGINT))
+    if controller is not None and (hard or task is None):
+        targets.append((controller, signal.SIGKILL if state.executor == "local" else signal.SIGINT))
+    for pid, sig in targets:
+        if pid == os.getpid():
+            continue
         try:
-            os.kill(pid, signal.SIGKILL if hard else signal.SIGINT)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
 

@@ -16,13 +16,16 @@ driver is alive only adds to its queue.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cancelctl.jobs import JOB_JSON, RunJob, process_alive, process_start
@@ -170,7 +173,8 @@ def _drive_local(paths: SweepPaths, progress: Progress | None, poll_s: float, jo
         for run_id, token in starting:
             run_dir = paths.run_dir(run_id)
             archive_error(run_dir)
-            job = executor.submit(RunJob(run_dir, token, threads))
+            with _sigint_ignored():  # inherited by the controller only; the run restores it
+                job = executor.submit(RunJob(run_dir, token, threads))
             own[token] = job
             job_ids.append(job.job_id)
             with store.update() as manifest:
@@ -182,6 +186,21 @@ def _drive_local(paths: SweepPaths, progress: Progress | None, poll_s: float, jo
         if finished:
             return
         time.sleep(poll_s)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """submitit's local controller answers SIGINT by SIGKILLing its run one second later, too soon
+    for the run to record the interruption and close its MLflow run; started with SIGINT ignored,
+    it leaves Ctrl-C (and `cancel`) to the run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _local_executor_class():

@@ -36,7 +36,12 @@ SBATCH_TIMEOUT_S = 60
 QUERY_TIMEOUT_S = 30
 DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default when scontrol cannot be asked
 # Parameters cancelctl sets itself; `cluster.additional` must not override them.
-RESERVED = {"array", "job_name", "job-name", "output", "error", "open-mode", "comment", "map_count", "wckey"}
+RESERVED = {"array", "job_name", "output", "error", "open_mode", "comment", "map_count", "wckey",
+            "additional_parameters", "srun_args", "stderr_to_stdout", "use_srun"}
+# sbatch/submitit names that have a ClusterSpec field: set the field, not `additional`.
+CLUSTER_FIELDS = {"partition": "partition", "account": "account", "qos": "qos", "nodes": "nodes",
+                  "gpus_per_node": "gpus_per_node", "cpus_per_task": "cpus_per_task", "mem": "mem_gb",
+                  "time": "time_min", "array_parallelism": "array_parallelism", "setup": "setup"}
 _FLAG = re.compile(r"^[a-z][a-z0-9_-]*$")
 
 # Fault injection for the crash-safety tests (seconds to pause at the named point).
@@ -105,11 +110,19 @@ def job_shape(spec: ExperimentSpec, workdir: Path) -> JobShape:
     # a raw sbatch flag (submitit's `additional_parameters`).
     valid = submitit_parameter_names()
     raw: dict[str, Any] = {}
+    issues = []
     for key, value in cluster.additional.items():
-        if key in valid and key not in RESERVED:
+        name = str(key).replace("-", "_")
+        if name in CLUSTER_FIELDS:
+            issues.append(SpecIssue(None, f"cluster.additional.{key}", f"set cluster.{CLUSTER_FIELDS[name]} instead"))
+        elif name in RESERVED:
+            issues.append(SpecIssue(None, f"cluster.additional.{key}", "set by cancelctl (array, job name, logs); remove it"))
+        elif key in valid:
             params[key] = value
         else:
             raw[key] = value
+    if issues:
+        raise SpecError(issues, title="invalid SLURM settings (cluster.additional): nothing was submitted")
     if raw:
         params["additional_parameters"] = raw
     return JobShape(params, python)
@@ -133,8 +146,6 @@ def check_shape(shape: JobShape, where: str = "cluster") -> None:
     for key, value in (shape.parameters.get("additional_parameters") or {}).items():
         if not _FLAG.match(str(key)):
             issues.append(SpecIssue(None, f"{where}.additional.{key}", "not an sbatch option name (letters, digits, '-')"))
-        elif key.replace("-", "_") in RESERVED:
-            issues.append(SpecIssue(None, f"{where}.additional.{key}", "set by cancelctl (array, job name, logs); remove it"))
         if "\n" in str(value):
             issues.append(SpecIssue(None, f"{where}.additional.{key}", "value must be one line"))
     for line in shape.parameters.get("setup") or []:

@@ -159,10 +159,10 @@ def _slurm_state(state: RunState, manifest: Manifest, entry: RunEntry, sub: Subm
 
 def _process_state(state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission) -> None:
     """Local (submitit controller process) and debug (the launcher itself) runs."""
-    if process_running(state.run_dir, sub):
+    error = read_error(state.run_dir)  # written as the run ends: its process may still be exiting
+    if error is None and process_running(state.run_dir, sub):
         state.state = RUNNING
         return
-    error = read_error(state.run_dir)
     started = any(a.get("event") == "start" and a.get("token") == sub.token for a in read_attempts(state.run_dir))
     if error is not None and error[0] == "INTERRUPTED":
         state.state, state.reason = CANCELLED, "interrupted" + (" by cancelctl" if _cancelled_by_us(manifest, entry, sub) else "")

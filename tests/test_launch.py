@@ -1,0 +1,341 @@
+"""Execution on the local and debug executors with the real lab (tiny settings) and a real MLflow
+sqlite store: end to end, reruns, a launcher killed midway, retry of failed runs, cancel, dry run,
+and the SLURM pieces that need no cluster (parameter checks, array planning, the sbatch golden file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cancelctl.errors import SpecError
+from cancelctl.jobs import read_attempts
+from cancelctl.launch import cancel_sweep, latest_sweep, launch_sweep, sweep_status
+from cancelctl.launch import slurm as slurm_mod
+from cancelctl.launch.layout import sweep_paths
+from cancelctl.plan import load_sweep
+from cancelctl.spec import ExperimentSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).parent / "slurm" / "golden" / "array.sbatch"
+# A lab run of a few seconds (most of it importing torch and MLflow).
+TINY_LAB = {"d_model": 16, "n_layers": 1, "n_heads": 2, "warmstart_steps": 5, "checkpoint_every": 2, "max_operand": 5}
+
+
+def write_sweep(directory: Path, name: str, *, arms=None, seeds=(0, 1), steps=4, base=None, **top) -> Path:
+    spec = {
+        "name": name,
+        "base": {
+            "backend": "lab",
+            "lab": dict(TINY_LAB),
+            "rollout": {"G": 2},
+            "budget": {"steps": steps, "prompts_per_step": 4},
+            "eval": {"every": 2, "k": 1, "prompts": 4},
+            "algorithm": {"lr": 1.0e-3},
+            **(base or {}),
+        },
+        "arms": arms or {"grpo": {"algorithm": {"loss": "grpo"}}, "gspo": {"algorithm": {"loss": "gspo"}}},
+        "seeds": list(seeds),
+        **top,
+    }
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def template_db(tmp_path_factory) -> Path:
+    """A migrated MLflow sqlite DB: copying it saves the ~3 s schema creation per test."""
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path, template_db) -> Path:
+    path = tmp_path / "work"
+    path.mkdir()
+    shutil.copy(template_db, path / "mlflow.db")
+    return path
+
+
+def mlflow_runs(workdir: Path, experiment: str):
+    from cancelctl.tracking import collect, default_tracking_uri
+
+    runs, _ = collect(default_tracking_uri(workdir), experiment)
+    return runs
+
+
+def starts(workdir: Path, sweep: str, run_id: str) -> int:
+    run_dir = sweep_paths(workdir, sweep).run_dir(run_id)
+    return sum(1 for a in read_attempts(run_dir) if a["event"] == "start")
+
+
+# ---------------------------------------------------------------------------------- local
+
+
+def test_local_sweep_killed_midway_rerun_completes_only_what_was_missing(tmp_path, workdir):
+    """The launcher (driving local runs one at a time) is SIGKILLed after the first run finished;
+    a rerun submits only runs that had not started, waits for the one still running, and a third
+    launch submits nothing. MLflow holds exactly one run per RunSpec with the lab's metrics."""
+    path = write_sweep(tmp_path, "kill-local", arms={"grpo": {"algorithm": {"loss": "grpo"}}}, seeds=(0, 1, 2))
+    sweep = load_sweep(path)
+    run_ids = [r.run_id for r in sweep.runs]
+    paths = sweep_paths(workdir, sweep.name)
+    script = "import sys; from pathlib import Path; from cancelctl.plan import load_sweep; " \
+             "from cancelctl.launch import launch_sweep; launch_sweep(load_sweep(sys.argv[1]), workdir=Path(sys.argv[2]))"
+    env = {**os.environ, "CANCELCTL_LOCAL_PARALLEL": "1"}
+    launcher = subprocess.Popen([sys.executable, "-c", script, str(path), str(workdir)], env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not (paths.run_dir(run_ids[0]) / "result.json").exists():
+            assert launcher.poll() is None, "the launcher ended before it could be killed"
+            assert time.monotonic() < deadline, "first run did not finish in 120 s"
+            time.sleep(0.1)
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(10)
+    before = {s.run_id: s.state for s in sweep_status(workdir, sweep.name)}
+    assert before[run_ids[0]] == "completed"
+    assert before[run_ids[2]] == "unsubmitted"  # queued behind one core; its driver is gone
+
+    rerun = launch_sweep(sweep, workdir=workdir, executor="local")
+    assert run_ids[0] in rerun.skipped_finished
+    assert run_ids[0] not in rerun.submitted and run_ids[2] in rerun.submitted
+    assert sorted(rerun.submitted + rerun.skipped_finished + rerun.skipped_running) == sorted(run_ids)
+    assert [s.state for s in rerun.states] == ["completed"] * 3, [(s.name, s.state, s.reason) for s in rerun.states]
+    assert rerun.ok
+    for run_id in run_ids:  # nothing ran twice
+        assert starts(workdir, sweep.name, run_id) == 1
+
+    again = launch_sweep(sweep, workdir=workdir, executor="local")
+    assert again.submitted == [] and sorted(again.skipped_finished) == sorted(run_ids)
+
+    runs = mlflow_runs(workdir, sweep.name)
+    assert sorted(runs["run_id"]) == sorted(run_ids)  # one MLflow run per RunSpec
+    assert set(runs["state"]) == {"FINISHED"}
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    mlflow_run = client.get_run(runs["mlflow_run_id"].iloc[0])
+    tags = mlflow_run.data.tags
+    for key in ("sweep", "arm", "seed", "group", "G", "spec_hash", "axes", "run_id"):
+        assert f"cancelctl.{key}" in tags
+    assert tags["cancelctl.sweep"] == sweep.name and json.loads(tags["cancelctl.axes"]) == {}
+    assert mlflow_run.data.params["lab.d_model"] == "16"
+    assert "actor/pg_loss" in mlflow_run.data.metrics
+    assert latest_sweep(workdir) == sweep.name
+
+
+def test_local_cancel_stops_runs_and_rerun_resumes_them(tmp_path, workdir):
+    """wait=False leaves a detached driver; cancel interrupts the running runs (their MLflow runs
+    end KILLED) and leaves no process; a rerun submits the cancelled runs again."""
+    path = write_sweep(tmp_path, "cancel-local", arms={"grpo": {"algorithm": {"loss": "grpo"}}}, steps=100000)
+    sweep = load_sweep(path)
+    result = launch_sweep(sweep, workdir=workdir, executor="local", wait=False)
+    assert sorted(result.submitted) == sorted(r.run_id for r in sweep.runs) and result.job_ids  # the driver's pid
+    deadline = time.monotonic() + 90
+    while True:
+        states = sweep_status(workdir, sweep.name)
+        if all(s.state == "running" and (s.step or 0) > 2 for s in states):
+            break
+        assert time.monotonic() < deadline, [(s.name, s.state, s.step) for s in states]
+        time.sleep(0.5)
+    pids = [int(s.job_id) for s in states]
+    cancelled = cancel_sweep(workdir, sweep.name)
+    assert sorted(cancelled) == sorted(s.job_id for s in states)
+    states = sweep_status(workdir, sweep.name)
+    assert [s.state for s in states] == ["cancelled"] * 2, [(s.name, s.state, s.reason) for s in states]
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+    assert set(mlflow_runs(workdir, sweep.name)["state"]) == {"KILLED"}
+    plan = launch_sweep(sweep, workdir=workdir, executor="local", dry_run=True)
+    assert sorted(plan.submitted) == sorted(r.run_id for r in sweep.runs)  # cancelled runs go again
+
+
+# ---------------------------------------------------------------------------------- debug
+
+
+def test_debug_failed_run_is_reported_and_retry_resubmits_only_it(tmp_path, workdir):
+    arms = {"ok": {"algorithm": {"loss": "grpo"}}, "broken": {"algorithm": {"loss": "grpo"}, "lab": {"fail_at_step": 2}}}
+    sweep = load_sweep(write_sweep(tmp_path, "retry", arms=arms, seeds=(0,)))
+    ok, broken = (r.run_id for r in sweep.runs)
+    first = launch_sweep(sweep, workdir=workdir, executor="debug")
+    assert sorted(first.submitted) == sorted([ok, broken])
+    assert first.failed == [broken] and "injected failure" in first.errors[broken]
+    error = (sweep_paths(workdir, sweep.name).run_dir(broken) / "error.txt").read_text()
+    assert error.startswith("FAILED") and "Traceback" in error and "fail_at_step=2" in error
+    states = {s.run_id: s for s in sweep_status(workdir, sweep.name)}
+    assert states[ok].state == "completed" and states[broken].state == "failed"
+    runs = mlflow_runs(workdir, sweep.name).set_index("run_id")
+    assert runs.loc[ok, "state"] == "FINISHED" and runs.loc[broken, "state"] == "FAILED"
+
+    rerun = launch_sweep(sweep, workdir=workdir, executor="debug")
+    assert rerun.submitted == [] and rerun.skipped_failed == [broken] and rerun.skipped_finished == [ok]
+    retry = launch_sweep(sweep, workdir=workdir, executor="debug", retry_failed=True)
+    assert retry.submitted == [broken] and retry.skipped_finished == [ok]
+    assert starts(workdir, sweep.name, ok) == 1 and starts(workdir, sweep.name, broken) == 2
+    assert (sweep_paths(workdir, sweep.name).run_dir(broken) / "error.prev.txt").exists()
+    assert len(mlflow_runs(workdir, sweep.name)) == 2
+
+
+def test_dry_run_submits_and_writes_nothing(tmp_path):
+    sweep = load_sweep(write_sweep(tmp_path, "dry"))
+    workdir = tmp_path / "never"
+    result = launch_sweep(sweep, workdir=workdir, dry_run=True)
+    assert result.dry_run and result.executor == "local"
+    assert sorted(result.submitted) == sorted(r.run_id for r in sweep.runs)
+    assert [s.state for s in result.states] == ["unsubmitted"] * 4
+    assert not workdir.exists()
+
+
+def test_mixed_executors_need_an_override(tmp_path):
+    arms = {"a": {"executor": "local"}, "b": {"executor": "debug", "algorithm": {"lr": 2.0e-3}}}
+    sweep = load_sweep(write_sweep(tmp_path, "mixed", arms=arms, seeds=(0,)))
+    with pytest.raises(SpecError, match="several executors"):
+        launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True)
+    assert launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True, executor="debug").executor == "debug"
+
+
+# ---------------------------------------------------------------------------------- SLURM, no cluster
+
+
+def test_slurm_dry_run_one_array_per_shape_chunked_to_max_array_size(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm_mod, "max_array_size", lambda: 3)
+    arms = {
+        "small": {"algorithm": {"loss": "grpo"}},
+        "small2": {"algorithm": {"loss": "gspo"}},
+        "big": {"algorithm": {"loss": "dapo"}, "cluster": {"cpus_per_task": 2}},
+    }
+    sweep = load_sweep(write_sweep(tmp_path, "arrays", arms=arms, seeds=(0, 1), base={"executor": "slurm"}))
+    result = launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True)
+    assert result.executor == "slurm" and not (tmp_path / "w").exists()
+    sizes = [len(a.run_ids) for a in result.arrays]
+    assert sizes == [3, 1, 2]  # 4 runs of one shape cut to MaxArraySize 3, then the 2-CPU shape
+    assert "#SBATCH --array=0-2%3" in result.arrays[0].script
+    assert "#SBATCH --cpus-per-task=2" in result.arrays[2].script
+    by_run = {run_id for a in result.arrays for run_id in a.run_ids}
+    assert by_run == {r.run_id for r in sweep.runs}
+
+
+def golden_shape(tmp_path: Path) -> slurm_mod.JobShape:
+    spec = ExperimentSpec.model_validate(
+        {
+            "executor": "slurm",
+            "cluster": {
+                "partition": "gpu",
+                "account": "rl-lab",
+                "qos": "normal",
+                "gpus_per_node": 8,
+                "cpus_per_task": 16,
+                "mem_gb": 200,
+                "time_min": 240,
+                "array_parallelism": 4,
+                "container_image": "/images/cancelctl.sqsh",
+                "container_runtime": "pyxis",
+                "setup": ["module load cuda/12.4", "export NCCL_DEBUG=WARN"],
+                "additional": {"constraint": "a100", "mail-type": "FAIL"},
+            },
+        }
+    )
+    return slurm_mod.job_shape(spec, Path("/scratch/work"))
+
+
+def test_sbatch_script_matches_golden_file(tmp_path):
+    """The one place that renders sbatch scripts (submitit's renderer with cancelctl's entry).
+    Regenerate after an intended change: CANCELCTL_UPDATE_GOLDEN=1 pytest -k golden."""
+    shape = golden_shape(tmp_path)
+    script = slurm_mod.render_sbatch(
+        shape,
+        folder=Path("/scratch/work/sweeps/demo/submitit"),
+        token="0123456789",
+        n_tasks=6,
+        job_name=slurm_mod.job_name("demo", "0123456789"),
+        comment=slurm_mod.job_comment("demo", ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]),
+    )
+    if os.environ.get("CANCELCTL_UPDATE_GOLDEN"):
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(script)
+    assert script == GOLDEN.read_text()
+
+
+def test_container_runtimes(tmp_path):
+    shape = golden_shape(tmp_path)
+    assert shape.python == "python" and "--container-image=/images/cancelctl.sqsh" in shape.parameters["srun_args"]
+    spec = ExperimentSpec.model_validate(
+        {"cluster": {"container_image": "/images/c.sif", "container_runtime": "apptainer", "gpus_per_node": 1}}
+    )
+    apptainer = slurm_mod.job_shape(spec, Path("/w"))
+    assert apptainer.python == "apptainer exec --nv --bind /w:/w /images/c.sif python"
+    assert "srun_args" not in apptainer.parameters
+    plain = slurm_mod.job_shape(ExperimentSpec(), Path("/w"))
+    assert plain.python == sys.executable and "gpus_per_node" not in plain.parameters
+
+
+@pytest.mark.parametrize(
+    ("additional", "message"),
+    [
+        ({"job-name": "x"}, "set by cancelctl"),
+        ({"array": "0-3"}, "set by cancelctl"),
+        ({"bad flag!": "1"}, "not an sbatch option name"),
+        ({"mail-user": "a@b\nc"}, "one line"),
+        ({"nodes": 2}, "set cluster.nodes instead"),
+        ({"cpus-per-task": 2}, "set cluster.cpus_per_task instead"),
+        ({"exclusive": "user", "constraint": "a100", "mail-user": "a@b"}, None),
+    ],
+)
+def test_bad_cluster_settings_are_refused_before_submission(tmp_path, additional, message):
+    spec = ExperimentSpec.model_validate({"executor": "slurm", "cluster": {"additional": additional}})
+    if message is None:  # submitit's own names go through submitit, others become raw sbatch flags
+        shape = slurm_mod.job_shape(spec, tmp_path)
+        slurm_mod.check_shape(shape)
+        assert shape.parameters["exclusive"] == "user" and shape.parameters["additional_parameters"] == {"mail-user": "a@b"}
+        return
+    with pytest.raises(SpecError, match=message):
+        slurm_mod.check_shape(slurm_mod.job_shape(spec, tmp_path))
+
+
+def test_unknown_submitit_parameter_is_refused(tmp_path):
+    shape = slurm_mod.job_shape(ExperimentSpec(executor="slurm"), tmp_path)
+    bad = replace(shape, parameters={**shape.parameters, "gpus_per_nod": 1})
+    with pytest.raises(SpecError, match="not a submitit SLURM parameter"):
+        slurm_mod.check_shape(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("812_3", [("812", 3)]),
+        ("812_[0-2,5%4]", [("812", 0), ("812", 1), ("812", 2), ("812", 5)]),
+        ("812_[7]", [("812", 7)]),
+        ("812", [("812", 0)]),
+        ("812_3.batch", []),
+    ],
+)
+def test_job_ids_from_sacct(text, expected):
+    assert slurm_mod.expand_job_id(text) == expected
+
+
+def test_status_of_unknown_workdir_says_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no sweep"):
+        sweep_status(tmp_path)
+    assert latest_sweep(tmp_path) is None
+
+
+def test_launch_package_stays_importable_without_slurm_tools():
+    code = "import cancelctl.launch, cancelctl.jobs; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                         env={**os.environ, "PATH": "/nonexistent"})
+    assert out.stdout.strip() == "ok", out.stderr
