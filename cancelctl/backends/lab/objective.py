@@ -60,18 +60,26 @@ def row_weights(
     old_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
+    group_ids: torch.Tensor,
 ) -> torch.Tensor:
-    """w_i of [D eq. 23] for the ratio-based losses: the post-clip weight the loss puts on row i.
+    """w_i of [D eq. 23]: the post-clip weight the loss puts on row i.
 
-    gspo: s̄_i (sign-aware clipped sequence ratio [D eq. 46-47]); grpo/dapo: the token mean of the
-    sign-aware clipped token ratio, so Σ_t Â r̄_t / |y_i| = Â w_i; grpo_symclip: the token mean of
-    clip(r, 0, 1+ε) [D eq. 79]. (dfpo reports s̃ itself through the loss's own metrics.)
-    Wrapper weights (tis, δ, noise, probes) are not part of w: asym measures the ratio modulation.
+    gspo: s̄_i, the sign-aware clipped sequence ratio [D eq. 46-47]; dfpo: s̃ = T(s̄, Â) within the
+    groups given (whole groups, as in the loss) or scale·s̄ [D App. B, Table 3]; grpo/dapo: the
+    token mean of the sign-aware clipped token ratio, so Σ_t Â r̄_t / |y_i| = Â w_i; grpo_symclip:
+    the token mean of clip(r, 0, 1+ε) [D eq. 79]. Wrapper weights (tis, δ, noise, probes) are not
+    part of w: asym measures the modulation that comes from the ratios.
     """
-    lengths = response_mask.sum(-1).clamp(min=1)
     if algorithm.loss in ("gspo", "dfpo"):
         s = losses.sequence_ratio(log_prob, old_log_prob, response_mask)
-        return losses.sign_aware_clip(s, advantages, algorithm.clip_low, algorithm.clip_high)
+        post_clip = losses.sign_aware_clip(s, advantages, algorithm.clip_low, algorithm.clip_high)
+        if algorithm.loss == "gspo":
+            return post_clip
+        dfpo = algorithm.dfpo
+        if dfpo.scale is not None:
+            return dfpo.scale * post_clip
+        options = {"eps1": dfpo.eps1} if dfpo.transform == "trunc_rebalance" else {}
+        return losses.transform(dfpo.transform, post_clip, advantages, group_ids, **options)
     r = losses.token_ratio(log_prob, old_log_prob)
     if algorithm.loss == "grpo_symclip":
         clipped = losses.symmetric_clip(r, algorithm.clip_high)
@@ -79,4 +87,4 @@ def row_weights(
         clipped = losses.sign_aware_clip(
             r, advantages.unsqueeze(-1).expand_as(r), algorithm.clip_low, algorithm.clip_high
         )
-    return (clipped * response_mask).sum(-1) / lengths
+    return (clipped * response_mask).sum(-1) / response_mask.sum(-1).clamp(min=1)

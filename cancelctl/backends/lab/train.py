@@ -56,6 +56,15 @@ def generator(seed: int, step: int, stream: str, index: int = 0) -> torch.Genera
 
 
 @dataclass
+class FirstEpoch:
+    """What the first epoch's passes leave per row: output-layer gradient energy per token, and
+    the weight w_i the loss applied to the row (each row is updated once per epoch)."""
+
+    energy: torch.Tensor  # [N, T] float64
+    weights: torch.Tensor  # [N]
+
+
+@dataclass
 class Progress:
     """Counters carried across steps (and checkpoints)."""
 
@@ -176,11 +185,11 @@ class LabRun:
         rows_per_minibatch = spec.mini_batch_prompts * self.G
         shuffle = generator(spec.seed, step, "shuffle")
         self.noise_generator.manual_seed(stream_seed(spec.seed, step, "inject_noise"))
-        energy = torch.zeros_like(mask, dtype=torch.float64)
+        record = FirstEpoch(energy=torch.zeros_like(mask, dtype=torch.float64), weights=torch.ones(batch.size))
         passes: list[dict[str, float]] = []
         for epoch in range(alg.ppo_epochs):
             for rows in minibatches(spec.batching.strategy, adv, batch.group_ids, rows_per_minibatch, shuffle):
-                passes.append(self.update(batch, rows, old_log_prob, ref_log_prob, energy if epoch == 0 else None))
+                passes.append(self.update(batch, rows, old_log_prob, ref_log_prob, record if epoch == 0 else None))
         self.progress.update_steps_cum += len(passes)
 
         # 4. what the step's update did
@@ -189,11 +198,15 @@ class LabRun:
                 response_forward(self.model, batch.ids, batch.valid, batch.prompt_len, temperature).log_prob * mask
             )
         metrics.update(_mean_over(passes))
+        # [D eq. 23] over whole groups, each row with the weight its own pass gave it
+        metrics["dfpo/asym"] = losses.dfpo_asym(record.weights, adv, batch.group_ids)
+        if not needs_groups(alg):  # DFPO reports the residual of each transform itself (≈ 0)
+            metrics["dfpo/ortho_residual"] = losses.dfpo_ortho_residual(record.weights, adv, batch.group_ids)
         metrics["actor/entropy"] = float((entropy * mask).sum() / mask.sum().clamp(min=1))
         metrics.update(_mismatch(old_log_prob, batch.rollout_log_prob, mask))
         metrics["hacking/J"] = losses.hacking_j(adv, old_log_prob, mask, delta=alg.monitor_delta, p_low=MONITOR_P_LOW)
         buckets = frequency_buckets(batch.responses, mask, len(VOCAB))
-        metrics.update(bucket_energy(energy, buckets, mask))
+        metrics.update(bucket_energy(record.energy, buckets, mask))
         metrics.update(token_flips(old_log_prob, new_log_prob, adv, mask))
         metrics["lab/logodds_drift"] = float((self.probe.logodds(self.model) - self.logodds_start).abs().mean())
         metrics["compute/gen_tokens_cum"] = float(self.progress.gen_tokens_cum)
@@ -264,7 +277,7 @@ class LabRun:
         rows: torch.Tensor,
         old_log_prob: torch.Tensor,
         ref_log_prob: torch.Tensor | None,
-        energy: torch.Tensor | None,
+        record: FirstEpoch | None,
     ) -> dict[str, float]:
         """One optimizer step on the mini-batch `rows`; returns this pass's loss metrics.
 
@@ -314,12 +327,17 @@ class LabRun:
         self.optimizer.step()
         metrics["actor/grad_norm"] = float(grad_norm)
 
-        if energy is not None:  # ‖∂loss/∂W_out per token‖² = ‖g_t‖² ‖h_t‖² [D eq. 24, C eq. 6-7]
+        if record is not None:
+            # ‖∂loss/∂W_out per token‖² = ‖g_t‖² ‖h_t‖² [D eq. 24, C eq. 6-7]
             g2 = out.logits.grad.double().pow(2).sum(-1)
             h2 = out.hidden.detach().double().pow(2).sum(-1)
-            energy.index_add_(0, fwd, g2 * h2 * mask)
-        if "dfpo/asym" not in metrics:  # ratio-based losses: w_i from this pass's log-probs [D eq. 23]
-            metrics.update(_weight_metrics(alg, log_prob.detach(), kwargs, rows_in=in_minibatch.bool()))
+            record.energy.index_add_(0, fwd, g2 * h2 * mask)
+            # w_i the loss applied to this pass's rows [D eq. 23]
+            weights = row_weights(
+                alg, log_prob.detach(), kwargs["old_log_prob"], kwargs["advantages"], mask, kwargs["group_ids"]
+            )
+            record.weights[rows] = weights[in_minibatch.bool()].float()
+        metrics.pop("dfpo/asym", None)  # the loss's own is over this pass's groups; the step's is over all
         return metrics
 
     # ------------------------------------------------------------------ eval, checkpoint
@@ -370,22 +388,8 @@ class LabRun:
 # ---------------------------------------------------------------------- helpers
 
 
-def _weight_metrics(
-    alg: AlgorithmSpec, log_prob: torch.Tensor, kwargs: dict[str, Any], rows_in: torch.Tensor
-) -> dict[str, float]:
-    """`dfpo/asym` and `dfpo/ortho_residual` for the weights a ratio-based loss used in this pass.
-    The residual only counts groups the pass holds whole (a partial group's Σ Â is not 0 anyway)."""
-    adv, mask, gids = kwargs["advantages"][rows_in], kwargs["response_mask"][rows_in], kwargs["group_ids"][rows_in]
-    w = row_weights(alg, log_prob[rows_in], kwargs["old_log_prob"][rows_in], adv, mask)
-    ids, inverse, rows_here = torch.unique(gids, return_inverse=True, return_counts=True)
-    whole = (rows_here == (kwargs["group_ids"].unsqueeze(0) == ids.unsqueeze(1)).sum(1))[inverse]
-    out = {"dfpo/asym": losses.dfpo_asym(w, adv, gids)}
-    out["dfpo/ortho_residual"] = losses.dfpo_ortho_residual(w[whole], adv[whole], gids[whole]) if whole.any() else 0.0
-    return out
-
-
 PASS_KEYS = ("actor/pg_loss", "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl", "actor/grad_norm",
-             "dfpo/asym", "dfpo/ortho_residual")  # fmt: skip
+             "dfpo/ortho_residual")  # fmt: skip
 
 
 def _mean_over(passes: list[dict[str, float]]) -> dict[str, float]:

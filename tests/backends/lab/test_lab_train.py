@@ -206,12 +206,15 @@ def test_whole_batch_pass_with_row_weights_equals_the_minibatch_pass(agg_mode, t
     for whole_batch_pass in (False, True):
         lab.model.load_state_dict(start)
         monkeypatch.setattr(lab_train, "needs_groups", lambda algorithm, answer=whole_batch_pass: answer)
-        energy = torch.zeros_like(batch.response_mask, dtype=torch.float64)
-        metrics = lab.update(batch, rows, old, None, energy)
-        results.append(({k: v.clone() for k, v in lab.model.state_dict().items()}, energy, metrics))
-    (direct, energy_direct, m_direct), (masked, energy_masked, m_masked) = results
+        record = lab_train.FirstEpoch(
+            torch.zeros_like(batch.response_mask, dtype=torch.float64), torch.ones(batch.size)
+        )
+        metrics = lab.update(batch, rows, old, None, record)
+        results.append(({k: v.clone() for k, v in lab.model.state_dict().items()}, record, metrics))
+    (direct, record_direct, m_direct), (masked, record_masked, m_masked) = results
     assert any(not torch.equal(direct[k], start[k]) for k in start)
     for k in start:
         assert torch.allclose(direct[k], masked[k], atol=1e-6), k
-    assert torch.allclose(energy_direct, energy_masked, rtol=1e-4, atol=1e-12)
+    assert torch.allclose(record_direct.energy, record_masked.energy, rtol=1e-4, atol=1e-12)
+    assert torch.equal(record_direct.weights, record_masked.weights)
     assert m_direct["actor/pg_loss"] == pytest.approx(m_masked["actor/pg_loss"], abs=1e-6)
