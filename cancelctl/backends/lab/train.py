@@ -284,7 +284,8 @@ class LabRun:
         DFPO needs whole groups (SPEC "DFPO, exactly" 5). When the strategy splits groups across
         mini-batches, the pass runs on the whole batch so s̃ (stop-grad) is computed over whole
         groups at the current θ, and a 0/1 row weight restricts the gradient to the mini-batch;
-        the aggregation denominators are the mini-batch's (global_batch_info).
+        the aggregation denominators are the mini-batch's (global_batch_info). The loss's own
+        clip/kl metrics then describe the whole batch at this θ.
         """
         spec, alg = self.spec, self.spec.algorithm
         whole = not needs_groups(alg) or holds_whole_groups(rows, batch.group_ids)
@@ -336,7 +337,8 @@ class LabRun:
             weights = row_weights(
                 alg, log_prob.detach(), kwargs["old_log_prob"], kwargs["advantages"], mask, kwargs["group_ids"]
             )
-            record.weights[rows] = weights[in_minibatch.bool()].float()
+            own = in_minibatch.bool()
+            record.weights[fwd[own]] = weights[own].float()
         metrics.pop("dfpo/asym", None)  # the loss's own is over this pass's groups; the step's is over all
         return metrics
 
