@@ -139,6 +139,8 @@ class LabRun:
 
     def run(self) -> dict[str, float]:
         spec = self.spec
+        if spec.lab.fail_at_step == 0:
+            raise RuntimeError("lab.fail_at_step=0: injected failure (executor tests)")
         if not self.resume():
             self.logger.log(0, self.evaluate(0))  # the warm start's accuracy, before any update
         for step in range(self.progress.step + 1, spec.budget.steps + 1):

@@ -221,3 +221,10 @@ def test_whole_batch_pass_with_row_weights_equals_the_minibatch_pass(agg_mode, t
     assert torch.allclose(record_direct.weights, record_masked.weights, atol=1e-6)
     assert len(set(record_direct.weights[rows].tolist())) > 1
     assert m_direct["actor/pg_loss"] == pytest.approx(m_masked["actor/pg_loss"], abs=1e-6)
+
+
+def test_fail_at_step_zero_fails_before_anything_is_logged(tmp_path, warm_cache):
+    logger = ListLogger()
+    with pytest.raises(RuntimeError, match="fail_at_step=0"):
+        train(lab_run({"lab": {"fail_at_step": 0}}), tmp_path, logger, warm_cache)
+    assert logger.points == [] and not (tmp_path / CHECKPOINT).exists()
