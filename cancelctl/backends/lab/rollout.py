@@ -6,8 +6,8 @@ to bfloat16 (as vLLM serves bf16 weights) and records the log-probs of the token
 trainer itself: its rollout log-probs come from the trainer's own forward over the finished batch,
 the very computation that later gives old_log_prob, so the mismatch is exactly 0.
 
-Log-probs are those of the temperature-scaled distribution before top-p truncation (what the
-trainer recomputes; vLLM's default "raw" log-probs likewise ignore top-p). Sampling uses a KV
+Log-probs are those of the temperature-scaled distribution before top-p truncation, the one the
+trainer recomputes (top-p only narrows what is sampled). Sampling uses a KV
 cache and stops when every row has emitted <eos>, so responses are as long as the longest one.
 """
 
