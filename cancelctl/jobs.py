@@ -124,8 +124,7 @@ def _refuse_stale(run_dir: Path, run_id: str, token: str) -> None:
         current = latest[0].token if latest else None
         raise StaleSubmission(f"run {run_id}: submission {token} was superseded by {current}; not running it")
     entry, sub = manifest.runs[run_id], latest[0]
-    cancelled = max(entry.cancelled_at or 0.0, manifest.cancelled_at or 0.0)
-    if cancelled >= sub.created_at:
+    if entry.cancelled_at is not None and entry.cancelled_at >= sub.created_at:
         raise StaleSubmission(f"run {run_id}: cancelled before submission {token} started; not running it")
 
 

@@ -105,14 +105,18 @@ def cancel_sweep(workdir: Path, sweep: str) -> list[str]:
         from cancelctl.launch.launcher import reconcile
 
         reconcile(paths, wait_local=False)
+        manifest = paths.store.load()
+        active_ids = {s.run_id for s in sweep_states(paths, manifest, driver_alive=local.driver_alive(manifest)) if s.active}
         now = time.time()
         with paths.store.update() as manifest:  # nothing queued is started after this
             manifest.cancelled_at = now
-            for entry in manifest.runs.values():
-                entry.queued_at = None
-                entry.cancelled_at = now
+            for run_id, entry in manifest.runs.items():
+                if run_id in active_ids or entry.queued_at is not None:  # a run that already ended keeps its state
+                    entry.queued_at = None
+                    entry.cancelled_at = now
         deadline = time.monotonic() + CANCEL_TIMEOUT_S
         signalled: dict[str, float] = {}
+        slurm_arrays: set[str] = set()
         while True:
             manifest = paths.store.load()
             states = sweep_states(paths, manifest, driver_alive=local.driver_alive(manifest))
@@ -127,11 +131,17 @@ def cancel_sweep(workdir: Path, sweep: str) -> list[str]:
                 slurm.scancel(new_arrays)
                 signalled.update({a: time.monotonic() for a in new_arrays})
                 cancelled.extend(new_arrays)
+                slurm_arrays.update(new_arrays)
             for state in active:
                 if state.executor in ("local", "debug") and state.job_id:
                     if state.job_id not in signalled:
                         cancelled.append(state.job_id)
                     _stop_process(paths, state, signalled)
+            time.sleep(0.5)
+        arrays = sorted(slurm_arrays)
+        while arrays and slurm.live_tasks(arrays):  # scancel'd tasks linger as COMPLETING for KillWait
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"sweep {sweep}: SLURM still runs {', '.join(slurm.live_tasks(arrays))} after cancel")
             time.sleep(0.5)
     settle_tracking(states)
     return cancelled

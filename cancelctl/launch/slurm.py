@@ -303,6 +303,17 @@ def squeue_states(array_ids: Sequence[str]) -> dict[tuple[str, int], TaskState]:
     return states
 
 
+LIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+        "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT"}
+
+
+def live_tasks(array_ids: Sequence[str]) -> list[str]:
+    """Tasks of these arrays slurmctld still holds a process or queue slot for (COMPLETING included:
+    a cancelled job's processes are still alive until KillWait has passed)."""
+    states = squeue_states(array_ids)
+    return sorted(f"{a}_{i}" for (a, i), task in states.items() if task.state in LIVE)
+
+
 def find_by_name(names: Sequence[str], since: float) -> dict[str, str]:
     """Job name -> array job id, for jobs submitted since `since` (epoch s). Asks slurmctld (squeue,
     live, includes jobs that sacct has not recorded yet) and the accounting DB (sacct, older jobs)."""

@@ -102,8 +102,9 @@ def run_state(
     if latest is not None:
         sub, index = latest
         state.executor, state.job_id, state.log = sub.executor, sub.task_job_id(index), _log_path(paths, sub, index)
-    if state.state == COMPLETED:
+    if state.state == COMPLETED and not _requeued(latest, tasks):
         return state
+    state.state = UNSUBMITTED
     if entry.queued_at is not None:
         state.state, state.reason = (QUEUED, "waiting for a free core") if driver_alive else (UNSUBMITTED, "queued, but no launcher is running")
         return state
@@ -125,9 +126,17 @@ def run_state(
     return state
 
 
+def _requeued(latest: tuple[Submission, int] | None, tasks: dict[tuple[str, int], slurm.TaskState]) -> bool:
+    """A SLURM task that wrote result.json and was then requeued (`scontrol requeue`, preemption)
+    runs again: until it ends, the scheduler's state is the truth, not the earlier result."""
+    if latest is None or latest[0].executor != "slurm" or latest[0].state != SUBMITTED:
+        return False
+    task = tasks.get((latest[0].job_id, latest[1]))
+    return task is not None and task.state in SLURM_PENDING | SLURM_RUNNING
+
+
 def _cancelled_by_us(manifest: Manifest, entry: RunEntry, sub: Submission) -> bool:
-    cancelled = max(entry.cancelled_at or 0.0, manifest.cancelled_at or 0.0)
-    return cancelled >= sub.created_at
+    return entry.cancelled_at is not None and entry.cancelled_at >= sub.created_at
 
 
 def _slurm_state(state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission, index: int, tasks, now: float) -> None:

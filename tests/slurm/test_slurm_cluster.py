@@ -1,0 +1,327 @@
+"""executor: slurm against a real cluster (.ci/slurm-up.sh: slurmctld + slurmd + slurmdbd, MaxArraySize 8).
+
+Job counts come from the scheduler itself (sacct + squeue, array tasks mapped to runs through the
+job comment), not from cancelctl's manifest. Lab runs are tiny; long runs are cancelled once
+they have served their purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cancelctl.jobs import read_attempts
+from cancelctl.launch import cancel_sweep, launch_sweep, sweep_status, wait_for_sweep
+from cancelctl.launch import slurm as slurm_mod
+from cancelctl.launch.layout import sweep_paths
+from cancelctl.launch.states import last_step
+from cancelctl.plan import load_sweep
+
+
+def _cluster_problem() -> str | None:
+    if shutil.which("sinfo") is None or not slurm_mod.slurm_available():
+        return "no SLURM cluster: sinfo/sbatch not found (start one with .ci/slurm-up.sh)"
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return "no SLURM cluster: sinfo did not answer in 20 s"
+    if out.returncode != 0 or not ({"idle", "mixed", "allocated"} & set(out.stdout.split())):
+        return f"no usable SLURM node (sinfo: {out.stdout.strip() or out.stderr.strip()}); run .ci/slurm-up.sh"
+    acct = subprocess.run(["sacct", "-n", "-X", "-j", "1"], capture_output=True, text=True, timeout=20)
+    if acct.returncode != 0:
+        return f"SLURM accounting (slurmdbd) is off: {acct.stderr.strip()}; run .ci/slurm-up.sh"
+    return None
+
+
+_PROBLEM = _cluster_problem()
+pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")]
+
+TINY_LAB = {"d_model": 16, "n_layers": 1, "n_heads": 2, "warmstart_steps": 5, "checkpoint_every": 2, "max_operand": 5}
+LOSSES = ["grpo", "gspo", "dapo", "grpo_symclip", "dfpo"]
+LONG = 1_000_000  # steps of a run that is only ever cancelled
+
+
+def write_sweep(directory: Path, prefix: str, *, arms: dict, seeds=(0,), steps=4, lab=None) -> Path:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"  # the accounting DB outlives test runs
+    spec = {
+        "name": name,
+        "base": {
+            "backend": "lab",
+            "executor": "slurm",
+            "lab": {**TINY_LAB, **(lab or {})},
+            "rollout": {"G": 2},
+            "budget": {"steps": steps, "prompts_per_step": 4},
+            "eval": {"every": 2, "k": 1, "prompts": 4},
+            "algorithm": {"lr": 1.0e-3},
+            "cluster": {"time_min": 30, "cpus_per_task": 1},
+        },
+        "arms": arms,
+        "seeds": list(seeds),
+    }
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def loss_arms(n: int) -> dict:
+    arms = {}
+    for i in range(n):
+        loss = LOSSES[i % len(LOSSES)]
+        arms[f"{loss}-{i}"] = {"algorithm": {"loss": loss, "lr": 1.0e-3 * (1 + i)}}
+    return arms
+
+
+@pytest.fixture(scope="module")
+def template_db(tmp_path_factory) -> Path:
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def launched():
+    """(workdir, sweep) pairs to cancel at teardown, so a failed test leaves no job behind."""
+    pairs: list[tuple[Path, str]] = []
+    yield pairs
+    for workdir, sweep in pairs:
+        if sweep_paths(workdir, sweep).store.exists() and any(s.active for s in sweep_status(workdir, sweep)):
+            cancel_sweep(workdir, sweep)
+
+
+def make_workdir(tmp_path: Path, template_db: Path, name: str = "work") -> Path:
+    path = tmp_path / name
+    path.mkdir()
+    shutil.copy(template_db, path / "mlflow.db")
+    return path
+
+
+def scheduler_tasks(sweep: str, since: float) -> dict[str, list[str]]:
+    """run id -> the scheduler's task ids carrying it, for every job of `sweep` since `since`:
+    sacct (accounting) and squeue (live) joined; the comment lists run ids in array order."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60))
+    acct = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-S", start, "-E", "now", "-o", "JobID,JobName,Comment"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout
+    live = subprocess.run(
+        ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%j|%k"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    tasks: dict[tuple[str, int], str] = {}
+    for line in (acct + live).splitlines():
+        job_id, name, comment = (line.split("|") + ["", ""])[:3]
+        if not name.startswith(f"cancelctl:{sweep}:"):
+            continue
+        runs = comment.split("runs=", 1)[1].split(",") if "runs=" in comment else []
+        for array_id, index in slurm_mod.expand_job_id(job_id):
+            tasks[(array_id, index)] = runs[index] if index < len(runs) else f"?{line!r}"  # shows in the assert
+    out: dict[str, list[str]] = {}
+    for (array_id, index), run_id in sorted(tasks.items()):
+        out.setdefault(run_id, []).append(f"{array_id}_{index}")
+    return out
+
+
+def wait_until(condition, timeout_s: float, what: str, poll_s: float = 0.5):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
+        time.sleep(poll_s)
+
+
+def mlflow_states(workdir: Path, sweep: str) -> dict[str, str]:
+    from cancelctl.tracking import collect, default_tracking_uri
+
+    runs, _ = collect(default_tracking_uri(workdir), sweep)
+    return dict(zip(runs["run_id"], runs["state"]))
+
+
+# ---------------------------------------------------------------------------------- tests
+
+
+def test_sweep_goes_out_as_one_array_lands_in_mlflow_and_retry_resubmits_only_the_failed_run(tmp_path, template_db, launched):
+    since = time.time()
+    arms = loss_arms(6)
+    arms["broken"] = {"algorithm": {"loss": "grpo"}, "lab": {"fail_at_step": 2}}
+    sweep = load_sweep(write_sweep(tmp_path, "array", arms=arms))
+    workdir = make_workdir(tmp_path, template_db)
+    launched.append((workdir, sweep.name))
+    broken = next(r.run_id for r in sweep.runs if r.arm == "broken")
+
+    result = launch_sweep(sweep, workdir=workdir)  # slurm: returns after submission
+    assert len(result.job_ids) == 1 and len(result.arrays) == 1 and len(result.submitted) == 7
+    states = wait_for_sweep(workdir, sweep.name, poll_s=2, timeout_s=300)
+    by_id = {s.run_id: s for s in states}
+    assert by_id[broken].state == "failed" and "injected failure" in by_id[broken].reason
+    assert sorted(s.state for s in states) == ["completed"] * 6 + ["failed"]
+    tasks = scheduler_tasks(sweep.name, since)
+    assert sorted(tasks) == sorted(r.run_id for r in sweep.runs)
+    assert {t[0].split("_")[0] for t in tasks.values()} == {result.job_ids[0]}  # one sbatch
+    assert all(len(t) == 1 for t in tasks.values())
+    mlflow = mlflow_states(workdir, sweep.name)
+    assert len(mlflow) == 7 and mlflow[broken] == "FAILED"
+    assert sorted(mlflow.values()) == ["FAILED"] + ["FINISHED"] * 6
+
+    again = launch_sweep(sweep, workdir=workdir)
+    assert again.submitted == [] and again.skipped_failed == [broken] and len(again.skipped_finished) == 6
+    retry = launch_sweep(sweep, workdir=workdir, retry_failed=True)
+    assert retry.submitted == [broken] and len(retry.job_ids) == 1 and retry.job_ids != result.job_ids
+    final = {s.run_id: s for s in wait_for_sweep(workdir, sweep.name, poll_s=2, timeout_s=180)}
+    assert final[broken].state == "failed" and final[broken].attempts == 2
+    tasks = scheduler_tasks(sweep.name, since)
+    assert len(tasks[broken]) == 2 and all(len(t) == 1 for run_id, t in tasks.items() if run_id != broken)
+
+    cli = Path(sys.executable).with_name("cancelctl")
+    report = subprocess.run(
+        [str(cli), "report", sweep.name, "--baseline", "grpo-0", "--workdir", str(workdir), "--out", str(tmp_path / "report")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
+
+
+def test_scancelled_task_is_failed_within_30s_and_cancel_leaves_nothing_running(tmp_path, template_db, launched):
+    sweep = load_sweep(write_sweep(tmp_path, "cancel", arms=loss_arms(2), seeds=(0, 1), steps=LONG))
+    workdir = make_workdir(tmp_path, template_db)
+    launched.append((workdir, sweep.name))
+    result = launch_sweep(sweep, workdir=workdir)
+    array = result.job_ids[0]
+
+    def all_training():
+        states = sweep_status(workdir, sweep.name)
+        return states if all(s.state == "running" and (s.step or 0) >= 1 for s in states) else None
+
+    states = wait_until(all_training, 180, "every run training")
+    victim = states[1]
+    started = time.monotonic()
+    subprocess.run(["scancel", victim.job_id], check=True, timeout=30)
+    failed = wait_until(
+        lambda: next((s for s in sweep_status(workdir, sweep.name) if s.run_id == victim.run_id and s.state == "failed"), None),
+        30, f"{victim.job_id} to show failed", poll_s=0.5,
+    )
+    elapsed = time.monotonic() - started
+    print(f"\nscancel {victim.job_id} -> status FAILED after {elapsed:.1f} s ({failed.reason})")
+    assert "CANCELLED" in failed.reason and "outside cancelctl" in failed.reason
+    others = [s for s in sweep_status(workdir, sweep.name) if s.run_id != victim.run_id]
+    assert [s.state for s in others] == ["running"] * 3
+
+    cancelled = cancel_sweep(workdir, sweep.name)
+    assert cancelled == [array]
+    live = subprocess.run(["squeue", "-h", "-j", array, "-t", "PD,R,CG,S,CF,RQ"], capture_output=True, text=True, timeout=30)
+    assert live.stdout.strip() == ""
+    final = {s.run_id: s.state for s in sweep_status(workdir, sweep.name)}
+    assert final[victim.run_id] == "failed" and sorted(final.values()) == ["cancelled"] * 3 + ["failed"]
+    mlflow = mlflow_states(workdir, sweep.name)
+    assert mlflow[victim.run_id] == "FAILED" and sorted(mlflow.values()) == ["FAILED"] + ["KILLED"] * 3
+
+
+def test_requeued_job_resumes_from_checkpoint_with_the_same_final_metrics(tmp_path, template_db, launched):
+    arms = {"grpo": {"algorithm": {"loss": "grpo"}}}
+    lab = {"checkpoint_every": 20}
+    # long enough that the run is still training when the requeue's SIGKILL lands (KillWait + srun's grace)
+    path = write_sweep(tmp_path, "requeue", arms=arms, steps=400, lab=lab)
+    sweep = load_sweep(path)
+    reference = load_sweep(path)  # the same runs (same run ids) in a work dir of their own
+    interrupted_dir = make_workdir(tmp_path, template_db, "interrupted")
+    reference_dir = make_workdir(tmp_path, template_db, "reference")
+    launched.extend([(interrupted_dir, sweep.name), (reference_dir, reference.name)])
+    run_id = sweep.runs[0].run_id
+    run_dir = sweep_paths(interrupted_dir, sweep.name).run_dir(run_id)
+
+    job = launch_sweep(sweep, workdir=interrupted_dir).states[0].job_id
+    launch_sweep(reference, workdir=reference_dir)
+    wait_until(lambda: (last_step(run_dir) or 0) >= 25, 240, "a checkpoint and a few steps more", poll_s=0.2)
+    step_at_requeue = last_step(run_dir)
+    subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
+
+    done = wait_for_sweep(interrupted_dir, sweep.name, poll_s=2, timeout_s=300)[0]
+    ref = wait_for_sweep(reference_dir, reference.name, poll_s=2, timeout_s=300)[0]
+    assert done.state == "completed" and ref.state == "completed", (done.reason, ref.reason)
+    starts = [a for a in read_attempts(run_dir) if a["event"] == "start"]
+    assert len(starts) == 2 and starts[1]["restart_count"] == 1 and starts[1]["job_id"] == job
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    relogged = sorted({s for s in steps if steps.count(s) > 1})
+    assert steps.count(0) == 1  # the restart did not begin from scratch ...
+    assert relogged and relogged[0] > 1 and relogged[0] % 20 == 1  # ... but after a checkpoint
+    # submitit's job ignores SIGTERM, so training goes on until SIGKILL (KillWait): the resume point
+    # is the last checkpoint before the kill, at or after the one before the requeue
+    assert step_at_requeue // 20 * 20 <= relogged[0] - 1 < 400
+    timing = {"compute/hours_cum"}
+    final = {k: v for k, v in done.final.items() if k not in timing}
+    expected = {k: v for k, v in ref.final.items() if k not in timing}
+    assert final == expected and len(final) > 10
+    print(f"\nrequeued {job} at step {step_at_requeue}; resumed from step {relogged[0] - 1}; final metrics equal")
+
+
+@pytest.mark.parametrize("pause", [slurm_mod.PAUSE_BEFORE_SBATCH, slurm_mod.PAUSE_AFTER_SBATCH])
+def test_launcher_killed_during_submission_then_rerun_one_job_per_run(tmp_path, template_db, launched, pause):
+    since = time.time()
+    path = write_sweep(tmp_path, "crash", arms=loss_arms(3), steps=LONG)
+    sweep = load_sweep(path)
+    workdir = make_workdir(tmp_path, template_db)
+    launched.append((workdir, sweep.name))
+    store = sweep_paths(workdir, sweep.name).store
+    code = "import sys; from pathlib import Path; from cancelctl.plan import load_sweep; " \
+           "from cancelctl.launch import launch_sweep; launch_sweep(load_sweep(sys.argv[1]), workdir=Path(sys.argv[2]))"
+    launcher = subprocess.Popen([sys.executable, "-c", code, str(path), str(workdir)], env={**os.environ, pause: "120"})
+    try:
+        def intent():
+            if not store.exists():
+                return None
+            subs = store.load().intents()
+            return subs[0] if subs else None
+
+        sub = wait_until(intent, 120, "the submission intent")
+        if pause == slurm_mod.PAUSE_AFTER_SBATCH:  # killed after sbatch, before the job id is recorded
+            wait_until(lambda: slurm_mod.find_by_name([sub.job_name], since), 60, "the job in the queue")
+        else:
+            time.sleep(0.5)  # killed between recording the intent and calling sbatch
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(10)
+    assert store.load().intents(), "the killed launcher should have left its intent behind"
+
+    rerun = launch_sweep(sweep, workdir=workdir)
+    run_ids = sorted(r.run_id for r in sweep.runs)
+    if pause == slurm_mod.PAUSE_AFTER_SBATCH:  # the job was found by its name and adopted
+        assert rerun.submitted == [] and sorted(rerun.skipped_running) == run_ids
+    else:  # the job never reached SLURM: submitted now, once
+        assert sorted(rerun.submitted) == run_ids and len(rerun.job_ids) == 1
+    assert not store.load().intents()
+    tasks = wait_until(lambda: scheduler_tasks(sweep.name, since) or None, 30, "the sweep's jobs in SLURM")
+    assert sorted(tasks) == run_ids and all(len(t) == 1 for t in tasks.values()), tasks
+    cancel_sweep(workdir, sweep.name)
+
+
+def test_sweep_larger_than_max_array_size_is_split(tmp_path, template_db, launched):
+    size = slurm_mod.max_array_size()
+    if size > 16:
+        pytest.skip(f"MaxArraySize is {size}; the CI cluster (.ci/slurm-up.sh) sets 8")
+    since = time.time()
+    n = size + 2
+    sweep = load_sweep(write_sweep(tmp_path, "split", arms={"grpo": {}}, seeds=range(n), steps=LONG))
+    workdir = make_workdir(tmp_path, template_db)
+    launched.append((workdir, sweep.name))
+    result = launch_sweep(sweep, workdir=workdir)
+    assert len(result.job_ids) == math.ceil(n / size) >= 2
+    assert [len(a.run_ids) for a in result.arrays] == [size, n - size]
+    tasks = wait_until(lambda: (t := scheduler_tasks(sweep.name, since)) and len(t) == n and t, 30, "all tasks in SLURM")
+    arrays = {}
+    for task_ids in tasks.values():
+        assert len(task_ids) == 1
+        arrays.setdefault(task_ids[0].split("_")[0], []).append(task_ids[0])
+    assert sorted(len(v) for v in arrays.values()) == sorted([size, n - size])
+    assert sorted(cancel_sweep(workdir, sweep.name)) == sorted(result.job_ids)
