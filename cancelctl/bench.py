@@ -79,12 +79,11 @@ def _loss_cases(batch: dict) -> dict[str, tuple[str, Callable[[], None]]]:
         "loss",
         run(losses.get("dfpo"), _config(stop_grad=False), "seq-mean-token-mean", group_ids=gid),
     )
-    gen = torch.Generator().manual_seed(0)
     cases["tis(grpo)"] = ("wrapper", run(losses.tis(losses.get("grpo"), cap=2.0), plain, rollout_log_prob=rollout))
     cases["inject_delta(grpo)"] = ("wrapper", run(losses.inject_delta(losses.get("grpo"), delta=2.0), plain))
     cases["inject_noise(grpo)"] = (
         "wrapper",
-        run(losses.inject_noise(losses.get("grpo"), sigma=0.2, generator=gen), plain),
+        run(losses.inject_noise(losses.get("grpo"), sigma=0.2, seed=0), plain),
     )
     cases["positive_only(grpo)"] = ("wrapper", run(losses.positive_only(losses.get("grpo")), plain))
     return cases

@@ -15,6 +15,7 @@ from losses.ratios import sequence_ratio, sign_aware_clip, symmetric_clip, token
 from losses.registry import get, names
 from losses.transforms import min_replace, orth_proj, pos_orth_qp, transform, trunc_rebalance
 from losses.weights import (
+    DeviceGenerators,
     delta_weights,
     inject_delta,
     inject_noise,
@@ -29,6 +30,7 @@ from losses.weights import (
 __all__ = [
     "AGG_MODES",
     "TRANSFORMS",
+    "DeviceGenerators",
     "LossConfig",
     "PolicyLossOptions",
     "agg_loss",

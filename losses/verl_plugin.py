@@ -22,23 +22,23 @@ from verl.trainer.ppo.core_algos import register_policy_loss
 
 from losses.config import policy_option
 from losses.registry import NEEDS_GROUPS, get, names
-from losses.weights import LossFn, inject_delta, inject_noise, negative_only, positive_only
+from losses.weights import DeviceGenerators, LossFn, inject_delta, inject_noise, negative_only, positive_only
 
 PREFIX = "cancel_"
 PROBES = {"positive_only": positive_only, "negative_only": negative_only}
 
-_noise_generators: dict[tuple[int, int], torch.Generator] = {}
+_noise_generators: dict[tuple[int, int], DeviceGenerators] = {}
 
 
-def _noise_generator(seed: int) -> torch.Generator:
-    """One generator per (seed, DP rank) for the life of the worker process: reproducible per seed,
-    independent across ranks, fresh noise on every micro-batch."""
+def _noise_generator(seed: int) -> DeviceGenerators:
+    """One generator source per (seed, DP rank) for the life of the worker process: reproducible per
+    seed, independent across ranks, fresh noise on every micro-batch, drawn on the GPU the tokens are on."""
     rank = (
         torch.distributed.get_rank() if torch.distributed.is_available() and torch.distributed.is_initialized() else 0
     )
     key = (int(seed), rank)
     if key not in _noise_generators:
-        _noise_generators[key] = torch.Generator().manual_seed(int(seed) * 1_000_003 + rank)
+        _noise_generators[key] = DeviceGenerators(int(seed) * 1_000_003 + rank)
     return _noise_generators[key]
 
 

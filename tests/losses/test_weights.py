@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from loss_helpers import Batch, grad_of, make_batch
+from loss_helpers import DEVICES, Batch, grad_of, make_batch
 
 import losses
 
@@ -88,6 +88,25 @@ def test_inject_noise_is_reproducible_per_seed(b):
     spy = Spy()
     losses.inject_noise(spy, sigma=0.2, seed=7)(**b.kwargs())  # seed= is the same as a seeded generator
     assert torch.equal(spy.weights[0], a1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_inject_noise_draws_on_the_tokens_device_and_replays_per_seed(device):
+    b = make_batch(groups=4, group_size=4, tokens=16, seed=2, device=device)
+
+    def weights(seed):
+        spy = Spy()
+        fn = losses.inject_noise(spy, sigma=0.2, seed=seed)
+        fn(**b.kwargs())
+        fn(**b.kwargs())
+        return spy.weights
+
+    a1, a2 = weights(5)
+    assert a1.device.type == device and not torch.equal(a1, a2)
+    r1, r2 = weights(5)
+    assert torch.equal(a1, r1) and torch.equal(a2, r2)
+    first = torch.Generator(device=device).manual_seed(5)  # the draw is the device generator's own
+    assert torch.equal(a1, losses.noise_weights(b.response_mask.shape, 0.2, first))
 
 
 def test_inject_noise_is_unbiased():
