@@ -225,7 +225,7 @@ def _limit_threads(threads: int) -> None:
 
 
 def _atomic_json(path: Path, data: Any) -> None:
-    from cancelctl.manifest import atomic_write_json
+    from cancelctl.fileio import atomic_write_json
 
     atomic_write_json(path, data)
 

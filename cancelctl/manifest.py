@@ -30,16 +30,16 @@ Schema (version 1)::
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from cancelctl import fileio
+from cancelctl.fileio import LockBusy, atomic_write_json
 
 MANIFEST_VERSION = 1
 LOCK_TIMEOUT_S = 60.0
@@ -154,46 +154,13 @@ class Manifest:
         return cls(runs=runs, submissions=subs, **fields)
 
 
-class ManifestBusy(RuntimeError):
-    """Another process held a sweep lock for longer than the timeout."""
+# a sweep lock held for longer than the timeout (an alias: the launcher and `cancel` catch it by this name)
+ManifestBusy = LockBusy
 
 
-@contextlib.contextmanager
-def file_lock(path: Path, timeout_s: float = LOCK_TIMEOUT_S, *, what: str = "lock") -> Iterator[int]:
-    """Exclusive flock on `path` with a bounded wait (ManifestBusy after `timeout_s`).
-    Yields the locked fd: pass it to a child (pass_fds) to keep the lock held while the child lives."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise ManifestBusy(f"{what}: {path} held by another process for over {timeout_s:.0f} s") from None
-                time.sleep(0.05)
-        yield fd
-    finally:
-        os.close(fd)  # closing our fd releases the lock unless a child still holds a copy
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Readers see the old or the new file, never a torn one (tmp in the same folder + fsync + replace)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1)  # insertion order = sweep order
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+def file_lock(path: Path, timeout_s: float = LOCK_TIMEOUT_S, *, what: str = "lock") -> contextlib.AbstractContextManager[int]:
+    """A sweep lock: `fileio.file_lock` with the sweep-lock timeout by default."""
+    return fileio.file_lock(path, timeout_s, what=what)
 
 
 class ManifestStore:

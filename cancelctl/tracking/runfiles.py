@@ -6,18 +6,12 @@ import contextlib
 import json
 import logging
 import math
-import os
-import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - non-POSIX
-    fcntl = None
+from cancelctl.fileio import atomic_write_json, file_lock
 
 RUN_JSON = "run.json"
 METRICS_JSONL = "metrics.jsonl"
@@ -33,44 +27,12 @@ log = logging.getLogger("cancelctl.tracking")
 # atomic writes and the per-run lock
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
-    """Write JSON so readers see the old or the new file, never half of one (tmp + fsync + replace)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 @contextlib.contextmanager
 def run_dir_lock(run_dir: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Serialize uploads of one run folder between a live RunLogger and `cancelctl sync`.
-    Bounded wait (TimeoutError): a stuck holder must not hang a training run."""
-    if fcntl is None:  # pragma: no cover
+    Bounded wait (LockBusy, a TimeoutError): a stuck holder must not hang a training run."""
+    with file_lock(Path(run_dir) / LOCK_FILE, timeout_s, what="run folder upload"):
         yield
-        return
-    with open(Path(run_dir) / LOCK_FILE, "a") as handle:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"{Path(run_dir) / LOCK_FILE} held for over {timeout_s:.0f} s") from None
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,7 +81,7 @@ def write_run_json(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     record = RunRecord(run_id, name, experiment, dict(tags), dict(params), mlflow_run_id, tracking_uri, status)
-    atomic_write_json(run_dir / RUN_JSON, {**extra, **asdict(record)})
+    atomic_write_json(run_dir / RUN_JSON, {**extra, **asdict(record)}, sort_keys=True)
     return run_dir / RUN_JSON
 
 
@@ -170,7 +132,7 @@ class SyncState:
             "final_status": self.final_status,
             "stores": {uri: asdict(progress) for uri, progress in self.stores.items()},
         }
-        atomic_write_json(Path(run_dir) / SYNC_STATE, data)
+        atomic_write_json(Path(run_dir) / SYNC_STATE, data, sort_keys=True)
 
     def progress(self, uri: str) -> StoreProgress:
         return self.stores.setdefault(uri, StoreProgress())
