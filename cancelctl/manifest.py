@@ -158,7 +158,9 @@ class Manifest:
 ManifestBusy = LockBusy
 
 
-def file_lock(path: Path, timeout_s: float = LOCK_TIMEOUT_S, *, what: str = "lock") -> contextlib.AbstractContextManager[int]:
+def file_lock(
+    path: Path, timeout_s: float = LOCK_TIMEOUT_S, *, what: str = "lock"
+) -> contextlib.AbstractContextManager[int]:
     """A sweep lock: `fileio.file_lock` with the sweep-lock timeout by default."""
     return fileio.file_lock(path, timeout_s, what=what)
 
