@@ -47,7 +47,7 @@ class RunState:
     executor: str | None = None
     job_id: str | None = None  # '812_3' (SLURM array task), a pid (local), None if never submitted
     reason: str = ""  # why it failed / is pending, in one line
-    step: int | None = None  # last step in metrics.jsonl (running runs)
+    step: int | None = None  # last step in metrics.jsonl: where a run is, or where it ended
     steps: int | None = None  # planned steps
     attempts: int = 0  # job starts so far (requeues and retries included)
     run_dir: Path | None = None
@@ -103,6 +103,7 @@ def run_state(
         sub, index = latest
         state.executor, state.job_id, state.log = sub.executor, sub.task_job_id(index), _log_path(paths, sub, index)
     if state.state == COMPLETED and not _requeued(latest, tasks):
+        state.step = last_step(run_dir)
         return state
     state.state = UNSUBMITTED
     if entry.queued_at is not None:
@@ -121,7 +122,7 @@ def run_state(
         _slurm_state(state, manifest, entry, sub, index, tasks, now)
     else:
         _process_state(state, manifest, entry, sub)
-    if state.state == RUNNING:
+    if state.state != UNSUBMITTED or latest is not None:  # where it is, or where it stopped
         state.step = last_step(run_dir)
     return state
 
