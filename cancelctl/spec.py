@@ -34,11 +34,12 @@ class Strict(BaseModel):
 class LabSpec(Strict):
     """The CPU lab: a tiny causal transformer on a synthetic verifiable task (ignored by verl)."""
 
+    # defaults the tiny policy learns from in a couple of CPU minutes (tests/backends/lab check it learns)
     d_model: int = Field(64, ge=8, le=1024)
-    n_layers: int = Field(2, ge=1, le=12)
+    n_layers: int = Field(1, ge=1, le=12)
     n_heads: int = Field(4, ge=1, le=16)
-    max_operand: int = Field(20, ge=2, le=999, description="task: operands drawn from [0, max_operand]")
-    warmstart_steps: int = Field(300, ge=0, description="supervised steps on the noisy corpus")
+    max_operand: int = Field(9, ge=2, le=999, description="task: operands drawn from [0, max_operand]")
+    warmstart_steps: int = Field(600, ge=0, description="supervised steps on the noisy corpus")
     warmstart_noise: float = Field(0.5, ge=0, le=1, description="fraction of wrong answers in the corpus")
     checkpoint_every: int = Field(10, ge=1, description="steps between checkpoints (resume/requeue)")
     fail_at_step: int | None = Field(None, ge=0, description="fault injection for executor tests: raise at step")
@@ -104,6 +105,9 @@ class NoiseSpec(Strict):
     sigma: float = Field(0.2, ge=0, description="w ~ N(1, sigma^2) per token [H eq. 21]")
 
 
+DEFAULT_LR = {"verl": 1e-6, "lab": 5e-4}
+
+
 class AlgorithmSpec(Strict):
     loss: LossName = "grpo"
     loss_agg_mode: AggMode | None = Field(None, description="default: per loss (gspo/dfpo seq-mean-token-mean)")
@@ -117,7 +121,7 @@ class AlgorithmSpec(Strict):
     probe: Literal["positive_only", "negative_only"] | None = None
     monitor_delta: float = Field(2.0, description="delta used by the hacking/J monitor [H eq. 23]")
     optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
-    lr: float = Field(1e-6, gt=0)
+    lr: float | None = Field(None, gt=0, description="default: 1e-6 on verl (the papers' LLM value), 5e-4 on the lab")
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     ppo_epochs: int = Field(1, ge=1)
@@ -195,7 +199,9 @@ class ExperimentSpec(Strict):
 
     @property
     def max_new_tokens(self) -> int:
-        return self.rollout.max_new_tokens or self.data.max_response_length
+        """Cap on generated tokens per response; the lab also caps it at lab.max_response_tokens."""
+        cap = self.rollout.max_new_tokens or self.data.max_response_length
+        return min(cap, self.lab.max_response_tokens) if self.backend == "lab" else cap
 
     @property
     def mini_batch_prompts(self) -> int:
@@ -203,6 +209,8 @@ class ExperimentSpec(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> ExperimentSpec:
+        if self.algorithm.lr is None:  # an LLM's learning rate would leave the tiny lab policy frozen
+            self.algorithm.lr = DEFAULT_LR[self.backend]
         if self.budget.prompts_per_step % self.mini_batch_prompts:
             raise ValueError(
                 f"algorithm.mini_batch_size ({self.mini_batch_prompts}) must divide "

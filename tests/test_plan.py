@@ -96,3 +96,20 @@ def test_baseline_must_be_an_arm(write_yaml):
     issue = exc.value.issues[0]
     assert issue.location.line == 1 or "baseline" in str(issue)
     assert "gpso" in str(issue)
+
+
+def test_learning_rate_default_follows_the_backend(write_yaml):
+    """1e-6 is the papers' LLM value; on the tiny lab policy it would train nothing."""
+    verl_base = "{backend: verl, model: {path: Qwen/Qwen3-8B}, data: {train_files: [t.parquet]}}"
+    runs = {
+        backend: load_sweep(write_yaml(f"name: lr\nbase: {base}\n", f"{backend}.yaml")).runs[0].spec
+        for backend, base in (("lab", "{backend: lab}"), ("verl", verl_base))
+    }
+    assert runs["lab"].algorithm.lr == 5e-4 and runs["verl"].algorithm.lr == 1e-6
+    explicit = load_sweep(write_yaml("name: lr\nbase: {backend: lab, algorithm: {lr: 1.0e-6}}\n")).runs[0].spec
+    assert explicit.algorithm.lr == 1e-6
+
+
+def test_lab_planned_compute_uses_the_lab_response_cap(write_yaml):
+    spec = load_sweep(write_yaml("name: cap\nbase: {backend: lab, rollout: {G: 2}}\n")).runs[0].spec
+    assert spec.max_new_tokens == spec.lab.max_response_tokens == 16  # not data.max_response_length (4096)

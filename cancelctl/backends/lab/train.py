@@ -107,7 +107,7 @@ class LabRun:
         run_dir.mkdir(parents=True, exist_ok=True)
         lab, alg = spec.lab, spec.algorithm
         self.G, self.P = spec.rollout.G, spec.budget.prompts_per_step
-        self.max_new_tokens = min(spec.max_new_tokens, lab.max_response_tokens)
+        self.max_new_tokens = spec.max_new_tokens  # already capped at lab.max_response_tokens
         self.task = ArithmeticTask(lab.max_operand, spec.seed)
         policy = PolicyConfig(
             vocab_size=len(VOCAB),
