@@ -5,7 +5,9 @@ local process) or call in-process (debug). It reads `run.json` (written at launc
 `RunLogger`, calls `cancelctl.backends.<backend>.train(run, run_dir, logger, cache_dir)` and closes
 the logger with the outcome. It is a submitit `Checkpointable`: on preemption or timeout (USR2)
 submitit requeues the same call and the backend resumes from `run_dir/checkpoint.pt`; a plain
-`scontrol requeue` restarts the job the same way.
+`scontrol requeue` restarts the job the same way. Those signals are deferred to the backend's next
+step boundary, where it checkpoints first (`cancelctl.preemption`), so a requeue loses at most the
+step in flight.
 
 Outcome files in the run folder (read by `cancelctl status`):
     result.json     the backend's final metrics, written last: its presence means "completed"
@@ -60,8 +62,8 @@ class RunJob(Checkpointable):
         return run_in_folder(Path(self.run_dir), token=self.token, threads=self.threads)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
-        # The backend checkpoints itself every lab.checkpoint_every steps; the requeued call reads
-        # that checkpoint. Nothing to save here: metrics.jsonl is flushed line by line.
+        # Called at a step boundary (cancelctl.preemption) just after the backend saved its
+        # checkpoint; the requeued call reads it. metrics.jsonl is flushed line by line.
         return DelayedSubmission(RunJob(self.run_dir, self.token, self.threads))
 
     def __repr__(self) -> str:
@@ -69,6 +71,7 @@ class RunJob(Checkpointable):
 
 
 def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None) -> dict[str, float]:
+    from cancelctl import preemption
     from cancelctl.plan import RunSpec
     from cancelctl.tracking import RunLogger
 
@@ -78,18 +81,25 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None)
     _refuse_stale(run_dir, run.run_id, token)
     _start_attempt(run_dir, token)
     (run_dir / RESULT_JSON).unlink(missing_ok=True)
+    archive_error(run_dir)  # how an earlier attempt ended (e.g. SIGTERM before a requeue) is history now
     if threads:
         _limit_threads(threads)
     logger = RunLogger(run_dir, record["tracking_uri"], record.get("mlflow_run_id"))
     try:
         train = backend_train(run.spec.backend)
-        result = train(run, run_dir, logger, cache_dir)
+        with preemption.deferred_signals():  # USR2/SIGTERM wait for the backend's step boundary
+            result = train(run, run_dir, logger, cache_dir)
     except KeyboardInterrupt:  # local cancel / Ctrl-C: resumable, not a failure of the run
         _write_error(run_dir, "INTERRUPTED")
         logger.close("KILLED")
         _end_attempt(run_dir, token, "interrupted")
         raise
-    except SystemExit:  # submitit's preemption/timeout handler requeued this job and exits
+    except preemption.Terminated:  # SIGTERM (requeue, preemption, kill): checkpointed, resumable
+        _write_error(run_dir, "INTERRUPTED")
+        logger.close("KILLED")  # a requeued attempt marks it RUNNING again
+        _end_attempt(run_dir, token, "terminated")
+        raise
+    except SystemExit:  # submitit's USR2 handler requeued the job (after our checkpoint) and exits
         logger.flush()
         _end_attempt(run_dir, token, "requeued")
         raise
@@ -193,6 +203,13 @@ def _write_error(run_dir: Path, kind: str) -> None:
     (run_dir / ERROR_TXT).write_text(text + traceback.format_exc(), encoding="utf-8")
 
 
+def archive_error(run_dir: Path) -> None:
+    """Keep the last attempt's error.txt as error.prev.txt: a new attempt starts without one."""
+    error = run_dir / ERROR_TXT
+    if error.exists():
+        error.replace(run_dir / "error.prev.txt")
+
+
 def read_error(run_dir: Path) -> tuple[str, str] | None:
     """(kind, first line) of error.txt: kind is FAILED or INTERRUPTED."""
     try:
@@ -275,7 +292,7 @@ def main(argv: list[str]) -> None:
     code = 0
     try:
         submitit_entry(argv[1], argv[2] if argv[0] == "slurm" else None)
-    except SystemExit as exc:  # submitit requeued the job (preemption/timeout) and exits
+    except SystemExit as exc:  # submitit requeued the job (USR2), or SIGTERM after a checkpoint
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # already in error.txt and submitit's result pickle; show it in the log too
         traceback.print_exc()

@@ -23,6 +23,7 @@ from cancelctl.jobs import read_attempts
 from cancelctl.launch import cancel_sweep, latest_sweep, launch_sweep, sweep_status
 from cancelctl.launch import slurm as slurm_mod
 from cancelctl.launch.layout import sweep_paths
+from cancelctl.launch.states import last_step
 from cancelctl.plan import load_sweep
 from cancelctl.spec import ExperimentSpec
 
@@ -163,6 +164,64 @@ def test_local_cancel_stops_runs_and_rerun_resumes_them(tmp_path, workdir):
     assert set(mlflow_runs(workdir, sweep.name)["state"]) == {"KILLED"}
     plan = launch_sweep(sweep, workdir=workdir, executor="local", dry_run=True)
     assert sorted(plan.submitted) == sorted(r.run_id for r in sweep.runs)  # cancelled runs go again
+
+
+def _wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+def test_local_preemption_signals_checkpoint_at_the_next_step_and_lose_nothing(tmp_path, workdir):
+    """USR2 (submitit's timeout/preemption signal) and SIGTERM (requeue, preemption, kill) reach the
+    run mid-step, far from a periodic checkpoint. USR2: it checkpoints at the next step boundary,
+    submitit's local controller requeues it and it resumes there. SIGTERM: it checkpoints and ends
+    interrupted; a rerun resumes it. Every step is logged exactly once and the final metrics equal an
+    uninterrupted run's."""
+    steps = 150  # ~40 ms each; the signals land around steps 5 and 15
+    lab = {**TINY_LAB, "checkpoint_every": 10_000}
+    arms = {"grpo": {"algorithm": {"loss": "grpo"}}}
+    path = write_sweep(tmp_path, "preempt", arms=arms, seeds=(0,), steps=steps, base={"lab": lab})
+    sweep = load_sweep(path)
+    run_dir = sweep_paths(workdir, sweep.name).run_dir(sweep.runs[0].run_id)
+
+    def attempt_pid(n: int) -> int | None:
+        started = [a for a in read_attempts(run_dir) if a["event"] == "start"]
+        return started[n - 1]["pid"] if len(started) >= n else None
+
+    launch_sweep(sweep, workdir=workdir, executor="local", wait=False)
+    pid = _wait_for(lambda: attempt_pid(1), 60, "the run to start")
+    _wait_for(lambda: (last_step(run_dir) or 0) >= 5, 60, "step 5")
+    os.kill(pid, signal.SIGUSR2)
+    requeued = _wait_for(lambda: attempt_pid(2), 60, "the requeued attempt")
+    assert requeued != pid
+    at_usr2 = max(json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines())
+    _wait_for(lambda: (last_step(run_dir) or 0) >= at_usr2 + 5, 60, "5 steps after the requeue")
+    os.kill(requeued, signal.SIGTERM)
+    def outcomes() -> list[str]:
+        return [a["outcome"] for a in read_attempts(run_dir) if a["event"] == "end"]
+
+    _wait_for(lambda: len(outcomes()) == 2, 60, "the second attempt to end")
+    assert outcomes() == ["requeued", "terminated"]
+    state = sweep_status(workdir, sweep.name)[0]
+    assert state.state == "cancelled" and "SIGTERM" in (run_dir / "error.txt").read_text(), state
+    assert mlflow_runs(workdir, sweep.name)["state"].tolist() == ["KILLED"]
+    assert last_step(run_dir) < steps
+
+    rerun = launch_sweep(sweep, workdir=workdir, executor="local")  # an interrupted run goes again
+    assert rerun.submitted == [sweep.runs[0].run_id] and rerun.ok, [(s.state, s.reason) for s in rerun.states]
+    logged = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert logged == list(range(steps + 1))  # nothing lost, nothing redone
+    assert not (run_dir / "error.txt").exists() and (run_dir / "error.prev.txt").exists()
+
+    reference_dir = tmp_path / "reference"
+    reference_dir.mkdir()
+    reference = launch_sweep(load_sweep(path), workdir=reference_dir, executor="debug").states[0]
+    timing = {"compute/hours_cum"}
+    final = {k: v for k, v in rerun.states[0].final.items() if k not in timing}
+    assert final == {k: v for k, v in reference.final.items() if k not in timing} and len(final) > 10
 
 
 # ---------------------------------------------------------------------------------- debug

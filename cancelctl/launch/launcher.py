@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cancelctl.errors import SpecError, SpecIssue
-from cancelctl.jobs import RunJob
+from cancelctl.jobs import RunJob, archive_error
 from cancelctl.launch import local, slurm
 from cancelctl.launch.layout import SweepPaths, sweep_paths
-from cancelctl.launch.prepare import archive_error, prepare_run
+from cancelctl.launch.prepare import prepare_run
 from cancelctl.launch.states import ACTIVE, CANCELLED, COMPLETED, FAILED, RunState, sweep_states
 from cancelctl.manifest import ABANDONED, SUBMIT_FAILED, SUBMITTED, Manifest, RunEntry, file_lock
 from cancelctl.plan import RunSpec, Sweep

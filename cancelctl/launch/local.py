@@ -28,9 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from cancelctl.jobs import JOB_JSON, RunJob, process_alive, process_start
+from cancelctl.jobs import JOB_JSON, RunJob, archive_error, process_alive, process_start
 from cancelctl.launch.layout import SweepPaths, sweep_paths
-from cancelctl.launch.prepare import archive_error
 from cancelctl.launch.states import RunState, process_running, sweep_states
 from cancelctl.manifest import ABANDONED, INTENT, SUBMITTED, Manifest, ManifestStore
 

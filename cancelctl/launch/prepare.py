@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cancelctl.jobs import ERROR_TXT, RUN_JSON
+from cancelctl.jobs import RUN_JSON
 from cancelctl.launch.layout import SweepPaths
 from cancelctl.plan import RunSpec, flatten
 
@@ -68,13 +68,6 @@ def prepare_run(paths: SweepPaths, run: RunSpec, warnings: list[str]) -> Path:
         workdir=str(paths.workdir),
     )
     return run_dir
-
-
-def archive_error(run_dir: Path) -> None:
-    """Keep the last failure's error.txt as error.prev.txt: a resubmitted run starts without one."""
-    error = run_dir / ERROR_TXT
-    if error.exists():
-        error.replace(run_dir / "error.prev.txt")
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import torch
 
 import losses
+from cancelctl import preemption
 from cancelctl.backends.lab import checkpoint, warmstart
 from cancelctl.backends.lab.batching import RewardBalancedBuffer, holds_whole_groups, minibatches
 from cancelctl.backends.lab.metrics import (
@@ -159,8 +160,8 @@ class LabRun:
             self.progress.step, self.progress.last_metrics = step, metrics
             self.logger.log(step, metrics)
             if step % spec.lab.checkpoint_every == 0 or step == spec.budget.steps:
-                self.logger.flush()
                 self.save()
+            preemption.at_step_boundary(self.save)  # requeue/timeout signal: save, then hand over
         return dict(self.progress.last_metrics)
 
     def train_step(self, step: int) -> dict[str, float]:
@@ -363,6 +364,7 @@ class LabRun:
         return {eval_key(k): float(batch.rewards.mean())}
 
     def save(self) -> None:
+        self.logger.flush()  # the metrics up to the checkpoint are durable before it claims them
         checkpoint.save(
             self.run_dir,
             {

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cancelctl import preemption
 from cancelctl.backends.verl import render
 from cancelctl.backends.verl.render import config_name, launch_blockers, render_override_set
 from cancelctl.plan import RunSpec
@@ -69,6 +70,9 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     try:
         while proc.poll() is None:
             forwarder.pump()
+            # USR2 → submitit requeues; SIGTERM → Terminated; either way `finally` stops verl, which
+            # resumes from its own checkpoints (trainer.save_freq), so there is nothing to save here.
+            preemption.at_step_boundary(lambda: None)
             time.sleep(POLL_SECONDS)
     finally:
         if proc.poll() is None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from verl_helpers import as_dict
 
+from cancelctl import preemption
 from cancelctl.backends.verl import entry, render
 from cancelctl.backends.verl.entry import MetricsForwarder, job_command, sanitize_key, train
 
@@ -24,6 +27,8 @@ FAKE_VERL = textwrap.dedent(
         for step in (1, 2):
             data = {"actor/pg_loss": 0.5 / step, "val-core/aime/acc/mean@32": 0.1 * step, "note": "x", "flag": True}
             fh.write((json.dumps({"step": step, "data": data}) + "\\n").encode())
+    import time
+    time.sleep(float(os.environ.get("FAKE_VERL_SLEEP", "0")))
     sys.exit(int(os.environ.get("FAKE_VERL_EXIT", "0")))
     """
 )
@@ -107,6 +112,24 @@ def test_job_command_is_the_rendered_one_plus_job_settings(make_run, tmp_path):
     assert {k: v for k, v in job.items() if k in shown and k != "trainer.logger"} == {
         k: v for k, v in shown.items() if k != "trainer.logger"
     }
+
+
+def test_sigterm_stops_verl_at_the_next_poll(make_run, fake_verl, monkeypatch):
+    # as inside submitit's job runtime: SIGTERM has a Python handler, which cancelctl defers
+    monkeypatch.setenv("FAKE_VERL_SLEEP", "60")
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        with preemption.deferred_signals():
+            signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
+            signal.setitimer(signal.ITIMER_REAL, 0.5)  # SIGTERM while verl runs
+            started = time.monotonic()
+            with pytest.raises(preemption.Terminated):
+                train(make_run(), fake_verl, ListLogger())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    assert time.monotonic() - started < 10  # verl was stopped, not waited for (it sleeps 60 s)
+    assert json.loads((fake_verl / "argv.json").read_text())  # it had started
 
 
 def test_stop_kills_the_process_group():
