@@ -253,8 +253,16 @@ def test_requeued_job_resumes_from_checkpoint_with_the_same_final_metrics(tmp_pa
 
     job = launch_sweep(sweep, workdir=interrupted_dir).states[0].job_id
     launch_sweep(reference, workdir=reference_dir)
+    def started() -> list[dict]:
+        return [a for a in read_attempts(run_dir) if a["event"] == "start"]
+
     # past a periodic checkpoint and off the next one, so a resume from it would relog steps
     wait_until(lambda: (last_step(run_dir) or 0) >= 25, 240, "a checkpoint and a few steps more", poll_s=0.2)
+    # submitit's time-limit warning (--signal=USR2@90, sent here by hand): submitit requeues the job
+    subprocess.run(["scancel", "--signal=USR2", job], check=True, timeout=30)
+    wait_until(lambda: len(started()) == 2, 120, "the job requeued by submitit", poll_s=0.2)
+    step_at_usr2 = max(json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines())
+    wait_until(lambda: (last_step(run_dir) or 0) >= step_at_usr2 + 5, 240, "steps after the resume", poll_s=0.2)
     step_at_requeue = last_step(run_dir)
     subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
 
@@ -262,11 +270,10 @@ def test_requeued_job_resumes_from_checkpoint_with_the_same_final_metrics(tmp_pa
     ref = wait_for_sweep(reference_dir, reference.name, poll_s=2, timeout_s=300)[0]
     assert done.state == "completed" and ref.state == "completed", (done.reason, ref.reason)
     attempts = read_attempts(run_dir)
-    starts = [a for a in attempts if a["event"] == "start"]
-    assert len(starts) == 2 and starts[1]["restart_count"] == 1 and starts[1]["job_id"] == job
-    assert [a["outcome"] for a in attempts if a["event"] == "end"] == ["terminated", "finished"]
-    # the requeue's SIGTERM made the run checkpoint at its next step boundary and end; the requeued
-    # job resumed there: every step logged exactly once, none lost, none redone
+    assert [a["restart_count"] for a in started()] == [0, 1, 2] and {a["job_id"] for a in started()} == {job}
+    assert [a["outcome"] for a in attempts if a["event"] == "end"] == ["requeued", "terminated", "finished"]
+    # USR2 and the requeue's SIGTERM made the run checkpoint at its next step boundary; each requeued
+    # attempt resumed there: every step logged exactly once, none lost, none redone
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(401))
     assert (run_dir / "error.prev.txt").read_text().startswith("INTERRUPTED")
@@ -274,7 +281,8 @@ def test_requeued_job_resumes_from_checkpoint_with_the_same_final_metrics(tmp_pa
     final = {k: v for k, v in done.final.items() if k not in timing}
     expected = {k: v for k, v in ref.final.items() if k not in timing}
     assert final == expected and len(final) > 10
-    print(f"\nrequeued {job} at step {step_at_requeue}; no step lost or redone; final metrics equal")
+    print(f"\nUSR2 to {job} at step {step_at_usr2}, requeued at step {step_at_requeue}; no step lost or redone; "
+          "final metrics equal")
 
 
 @pytest.mark.parametrize("pause", [slurm_mod.PAUSE_BEFORE_SBATCH, slurm_mod.PAUSE_AFTER_SBATCH])
