@@ -231,6 +231,13 @@ def steps_to_threshold(
     return None if hit is None else int(hit)
 
 
+def ratio_to_baseline(value: float, baseline: float) -> float:
+    """value / baseline; NaN (shown as "—"/"n/a") when the baseline is missing, 0 or not finite."""
+    if baseline is None or not np.isfinite(baseline) or baseline == 0:
+        return float("nan")
+    return float(value) / float(baseline)
+
+
 def jitter2(curve: Sequence[float] | np.ndarray) -> float:
     """Second-order difference jitter [D eq. 20]: mean over t of |m_{t+2} − 2 m_{t+1} + m_t|.
 

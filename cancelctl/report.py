@@ -420,7 +420,7 @@ def _threshold_tables(
             })
     data = pd.DataFrame(arm_rows)
     base_mean = data[data["arm"] == sweep.baseline].set_index("group")["mean"]
-    data["normalised"] = [m / base_mean.get(g, np.nan) for g, m in zip(data["group"], data["mean"])]
+    data["normalised"] = [analysis.ratio_to_baseline(m, base_mean.get(g)) for g, m in zip(data["group"], data["mean"])]
     display = pd.DataFrame({
         "group": data["group"],
         "arm": data["arm"],
@@ -510,7 +510,7 @@ def jitter2_table(sweep: _Sweep, keys: list[str]) -> ReportTable:
     data = pd.concat(parts, ignore_index=True)
     base = data[data["arm"] == sweep.baseline].set_index(["metric", "group"])["mean"]
     data["ratio_vs_baseline"] = [
-        m / base.get((k, g), np.nan) for k, g, m in zip(data["metric"], data["group"], data["mean"])
+        analysis.ratio_to_baseline(m, base.get((k, g))) for k, g, m in zip(data["metric"], data["group"], data["mean"])
     ]
     data = data[["group", "metric", "arm", "ratio_vs_baseline", *SUMMARY_COLUMNS]]
     display = pd.DataFrame({

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
 
+from cancelctl import analysis
 from cancelctl.analysis import (
     ComputeViolation,
     band_on_grid,
@@ -239,3 +242,9 @@ def test_compute_totals_falls_back_to_summing_per_step_tokens():
     totals = compute_totals(runs, metrics)
     assert totals.loc[0, "gen_tokens_total"] == 300.0
     assert np.isnan(totals.loc[0, "update_steps"])
+
+
+def test_ratio_to_baseline_is_nan_without_a_usable_baseline():
+    assert analysis.ratio_to_baseline(3.0, 2.0) == 1.5
+    for baseline in (0.0, float("nan"), float("inf"), None):
+        assert math.isnan(analysis.ratio_to_baseline(1.0, baseline))

@@ -38,6 +38,8 @@ def client_for(uri: str) -> MlflowClient:
     """One MlflowClient per store per process (MLflow caches the SQL engine behind it too)."""
     from mlflow import MlflowClient
 
+    # MLflow announces creating/migrating a new sqlite store at INFO on every first sweep: noise
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     return MlflowClient(tracking_uri=uri)
 
 
