@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import inspect
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -153,7 +154,12 @@ class LabRun:
                 metrics.update(self.evaluate(step))
             self.progress.hours_cum += (time.perf_counter() - started) / 3600
             metrics["compute/hours_cum"] = self.progress.hours_cum
-            metrics = {k: _finite(v) for k, v in metrics.items()}
+            diverged = {k: v for k, v in metrics.items() if not math.isfinite(v)}
+            if diverged:  # logging them as numbers would hide the blow-up from every report downstream
+                raise FloatingPointError(
+                    f"lab step {step}: non-finite metrics {diverged}: training diverged "
+                    f"(algorithm.lr={spec.algorithm.lr:g}, grad_clip={spec.algorithm.grad_clip:g})"
+                )
             missing = set(STEP_KEYS) - set(metrics)
             if missing:  # a backend that silently drops a SPEC key breaks every report downstream
                 raise RuntimeError(f"lab step {step} lacks metric keys {sorted(missing)}")
@@ -413,8 +419,3 @@ def _mismatch(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, mask: 
     return out
 
 
-def _finite(value: float) -> float:
-    value = float(value)
-    if value != value:
-        return 0.0
-    return max(min(value, 1e30), -1e30)

@@ -1,3 +1,4 @@
+import importlib
 import inspect
 import math
 import threading
@@ -228,3 +229,23 @@ def test_fail_at_step_zero_fails_before_anything_is_logged(tmp_path, warm_cache)
     with pytest.raises(RuntimeError, match="fail_at_step=0"):
         train(lab_run({"lab": {"fail_at_step": 0}}), tmp_path, logger, warm_cache)
     assert logger.points == [] and not (tmp_path / CHECKPOINT).exists()
+
+
+def test_a_diverged_step_fails_the_run_instead_of_logging_numbers(tmp_path, warm_cache, monkeypatch):
+    """A NaN/inf metric (a blown-up update) fails the run naming the step and keys; nothing of that
+    step is logged (it used to be logged as 0 / ±1e30, invisible in every report)."""
+    lab_train = importlib.import_module("cancelctl.backends.lab.train")
+    real_step = lab_train.LabRun.train_step
+
+    def step_with_blow_up(self, step):
+        metrics = real_step(self, step)
+        if step == 2:
+            metrics["actor/pg_loss"], metrics["actor/grad_norm"] = math.nan, math.inf
+        return metrics
+
+    monkeypatch.setattr(lab_train.LabRun, "train_step", step_with_blow_up)
+    logger = ListLogger()
+    with pytest.raises(FloatingPointError, match=r"lab step 2: non-finite metrics") as failure:
+        train(lab_run(), tmp_path, logger, warm_cache)
+    assert "'actor/pg_loss': nan" in str(failure.value) and "'actor/grad_norm': inf" in str(failure.value)
+    assert sorted(logger.steps()) == [0, 1]
