@@ -105,3 +105,14 @@ def test_render_verl_run_prints_shell_safe_command():
     assert "verl.trainer.main_ppo" in result.output
     assert "actor_rollout_ref.rollout.n=8" in result.output
     assert "actor_rollout_ref.actor.policy_loss.loss_mode=cancel_gspo" in result.output
+
+
+def test_slurm_sweep_without_slurm_says_what_to_do_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no sbatch, sacct, ... on this PATH
+    workdir = tmp_path / "work"
+    result = runner.invoke(app, ["sweep", str(EXPERIMENTS / "group-size.yaml"), "--workdir", str(workdir)])
+    assert result.exit_code == 1
+    assert "sbatch" in result.output and "--dry-run" in result.output and "Traceback" not in result.output
+    assert not workdir.exists()
+    dry = runner.invoke(app, ["sweep", str(EXPERIMENTS / "group-size.yaml"), "--workdir", str(workdir), "--dry-run"])
+    assert dry.exit_code == 0, dry.output

@@ -90,7 +90,10 @@ def launch_sweep(
     if dry_run:
         return _dry_run(paths, sweep, kind, shapes, retry_failed, result)
     if kind == "slurm" and not slurm.slurm_available():
-        raise slurm.SchedulerError("executor slurm: sbatch/sacct/squeue/scancel/scontrol not found on this machine")
+        raise slurm.SchedulerError(
+            "executor slurm: sbatch/sacct/squeue/scancel/scontrol not found on this machine; run it where SLURM "
+            "is (a login node), see what it would submit with --dry-run, or run here with --executor local"
+        )
 
     paths.sweep_dir.mkdir(parents=True, exist_ok=True)
     with file_lock(paths.submit_lock, SUBMIT_LOCK_TIMEOUT_S, what=f"sweep {sweep.name} submission") as lock_fd:
