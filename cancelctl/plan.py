@@ -82,13 +82,17 @@ class Sweep:
         return out
 
 
+def updates_per_step(spec: ExperimentSpec) -> int:
+    """Optimizer steps per training step: ppo_epochs × mini-batches (one optimizer step each)."""
+    return spec.algorithm.ppo_epochs * (spec.budget.prompts_per_step // spec.mini_batch_prompts)
+
+
 def planned_compute(spec: ExperimentSpec) -> dict[str, int]:
     """Budget the compute-matched protocol compares [D §4.5]: generated-token budget, updates, G."""
-    minibatches = spec.budget.prompts_per_step // spec.mini_batch_prompts
     return {
         "G": spec.rollout.G,
         "gen_tokens": spec.budget.steps * spec.budget.prompts_per_step * spec.rollout.G * spec.max_new_tokens,
-        "update_steps": spec.budget.steps * spec.algorithm.ppo_epochs * minibatches,
+        "update_steps": spec.budget.steps * updates_per_step(spec),
     }
 
 

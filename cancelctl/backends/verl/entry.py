@@ -9,9 +9,12 @@ changes (see `job_overrides`):
   gaps). The metric keys are verl's own, sanitised as verl's MLflow logger does (`@` → `_at_`).
   `cancelctl render` shows `trainer.logger=[console,mlflow]`: the same metrics, logged by verl.
 
+The SPEC compute keys (generated tokens, update steps, GPU-hours) are derived from verl's own metrics
+on the way (`compute.ComputeAccount`), so `cancelctl report` has its compute axes for verl runs.
+
 Not done here: starting Ray across SLURM nodes (the sbatch template's job: `ray start` on every node
-before this runs; with one node verl's own `ray.init` starts a local cluster) and the SPEC metric
-keys computed from verl's (compute/gen_tokens, mismatch/*), which need verl-side hooks.
+before this runs; with one node verl's own `ray.init` starts a local cluster) and the SPEC mechanism
+keys (mismatch/*, dfpo/*, cancel/*), which need verl-side hooks.
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from cancelctl import preemption
 from cancelctl.backends.verl import render
+from cancelctl.backends.verl.compute import ComputeAccount
 from cancelctl.backends.verl.render import config_name, launch_blockers, render_override_set
 from cancelctl.plan import RunSpec
+from cancelctl.tracking.runfiles import METRICS_JSONL
 
 VERL_METRICS = "verl_metrics.jsonl"
 POLL_SECONDS = 5.0
@@ -64,7 +70,8 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     # A requeued attempt: the previous one forwarded its lines already (its last pump runs on exit).
     (run_dir / VERL_METRICS).unlink(missing_ok=True)
     env = dict(os.environ, VERL_FILE_LOGGER_PATH=str(run_dir / VERL_METRICS))
-    forwarder = MetricsForwarder(run_dir / VERL_METRICS, logger)
+    compute = ComputeAccount.from_run_dir(run, run_dir / METRICS_JSONL)  # earlier attempts' steps
+    forwarder = MetricsForwarder(run_dir / VERL_METRICS, logger, compute.add)
     # Own session: on cancel/requeue the whole tree (verl driver, Ray started by it) is stopped.
     proc = subprocess.Popen(job_command(run, run_dir), cwd=run_dir, env=env, start_new_session=True)
     try:
@@ -86,9 +93,10 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
 class MetricsForwarder:
     """Tails verl's file-logger JSONL ({"step": n, "data": {...}} per line) into a RunLogger."""
 
-    def __init__(self, path: Path, logger: Any):
+    def __init__(self, path: Path, logger: Any, derive: Callable[[int, dict[str, float]], dict[str, float]] | None = None):
         self.path = Path(path)
         self.logger = logger
+        self.derive = derive  # adds derived keys (the SPEC compute keys) to a step's metrics
         self.offset = 0
         self.last: dict[str, float] = {}
         self.skipped_keys: set[str] = set()
@@ -111,7 +119,10 @@ class MetricsForwarder:
             record = json.loads(raw)
             metrics = self._numeric(record.get("data") or {})
             if metrics:
-                self.logger.log(int(record["step"]), metrics)
+                step = int(record["step"])
+                if self.derive is not None:
+                    metrics = self.derive(step, metrics)
+                self.logger.log(step, metrics)
                 self.last = metrics
                 steps += 1
         return steps

@@ -25,7 +25,8 @@ FAKE_VERL = textwrap.dedent(
         json.dump(args, fh)
     with open(os.environ["VERL_FILE_LOGGER_PATH"], "wb") as fh:
         for step in (1, 2):
-            data = {"actor/pg_loss": 0.5 / step, "val-core/aime/acc/mean@32": 0.1 * step, "note": "x", "flag": True}
+            data = {"actor/pg_loss": 0.5 / step, "val-core/aime/acc/mean@32": 0.1 * step, "note": "x", "flag": True,
+                    "response_length/mean": 10.0 * step}
             fh.write((json.dumps({"step": step, "data": data}) + "\\n").encode())
     import time
     time.sleep(float(os.environ.get("FAKE_VERL_SLEEP", "0")))
@@ -57,7 +58,12 @@ def test_train_runs_verl_and_forwards_metrics(make_run, fake_verl):
     logger = ListLogger()
     result = train(make_run(), fake_verl, logger)
     assert [step for step, _ in logger.points] == [1, 2]
-    assert logger.points[1][1] == {"actor/pg_loss": 0.25, "val-core/aime/acc/mean_at_32": 0.2}
+    # verl's numeric keys (sanitised as verl's MLflow logger does) plus the SPEC compute keys derived
+    # from them: 32 prompts × G 4 trajectories, 2 mini-batches of 16 per step
+    assert logger.points[1][1] == {
+        "actor/pg_loss": 0.25, "val-core/aime/acc/mean_at_32": 0.2, "response_length/mean": 20.0,
+        "compute/gen_tokens": 20.0 * 128, "compute/gen_tokens_cum": 30.0 * 128, "compute/update_steps_cum": 4.0,
+    }
     assert result == logger.points[1][1]
     argv = json.loads((fake_verl / "argv.json").read_text())
     assert argv[:2] == ["--config-name", "ppo_trainer"]
