@@ -25,8 +25,8 @@ import re
 import signal
 import subprocess
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from cancelctl import preemption
