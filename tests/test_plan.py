@@ -3,10 +3,10 @@ import subprocess
 import sys
 
 import pytest
+from project_paths import EXPERIMENTS
 
 from cancelctl.errors import SpecError, UnmatchedArmsError
 from cancelctl.plan import load_sweep
-from project_paths import EXPERIMENTS
 
 MINIMAL = """\
 name: t

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
+from project_paths import ROOT
 from typer.testing import CliRunner
 
 from cancelctl.cli import app
-from project_paths import ROOT
 
 README = (ROOT / "README.md").read_text()
 runner = CliRunner()

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from cancelctl.report import NOT_MATCHED, UnmatchedArmsError, build_report, fmt_number, fmt_p
 from cancelctl.errors import SpecError
+from cancelctl.report import NOT_MATCHED, UnmatchedArmsError, build_report, fmt_number, fmt_p
 
 ARMS = {"gspo": 30.0, "dfpo": 20.0, "grpo": 40.0}  # arm -> time constant of the reward curve (steps)
 FINAL_ACC = {"gspo": 0.60, "dfpo": 0.66, "grpo": 0.58}  # planted eval accuracies

@@ -5,10 +5,10 @@ import string
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from project_paths import EXPERIMENTS
 
 from cancelctl.errors import SpecError
 from cancelctl.plan import load_sweep
-from project_paths import EXPERIMENTS
 
 BASE = """\
 name: t

@@ -27,6 +27,7 @@ from cancelctl.launch.prepare import prepare_run
 from cancelctl.launch.states import ACTIVE, CANCELLED, COMPLETED, FAILED, RunState, sweep_states
 from cancelctl.manifest import ABANDONED, SUBMIT_FAILED, SUBMITTED, Manifest, RunEntry, file_lock
 from cancelctl.plan import RunSpec, Sweep
+from cancelctl.yamlpos import Location, load_yaml_file
 
 log = logging.getLogger("cancelctl.launch")
 
@@ -86,6 +87,7 @@ def launch_sweep(
     kind = _executor_of(sweep, executor)
     wait = kind != "slurm" if wait is None else wait
     result = LaunchResult(sweep=sweep.name, executor=kind, workdir=workdir, dry_run=dry_run)
+    _refuse_unsupported(sweep)
     shapes = _checked_shapes(sweep.runs, workdir) if kind == "slurm" else {}
     if dry_run:
         return _dry_run(paths, sweep, kind, shapes, retry_failed, result)
@@ -147,6 +149,36 @@ def _executor_of(sweep: Sweep, override: str | None) -> str:
             title="invalid experiment spec",
         )
     return kinds[0] if kinds else "local"
+
+
+def _refuse_unsupported(sweep: Sweep) -> None:
+    """verl runs whose spec the verl backend cannot run yet are refused before anything is submitted:
+    they would fail only once their job holds GPUs."""
+    verl_runs = [run for run in sweep.runs if run.spec.backend == "verl"]
+    if not verl_runs:
+        return
+    from cancelctl.backends.verl.render import unsupported_on_verl
+
+    by_arm: dict[tuple[str, str], list[str]] = {}
+    for run in verl_runs:
+        for reason in unsupported_on_verl(run):
+            by_arm.setdefault((run.arm, reason), []).append(run.name)
+    if not by_arm:
+        return
+    try:
+        _, positions = load_yaml_file(sweep.file)
+    except (OSError, SpecError):
+        positions = {}
+    issues = [
+        SpecIssue(
+            positions.get(("arms", arm)) or Location(sweep.file, 1, 1),
+            f"arms.{arm}",
+            reason,
+            f"{len(names)} run{'s' if len(names) > 1 else ''}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}",
+        )
+        for (arm, reason), names in by_arm.items()
+    ]
+    raise SpecError(issues, title="the verl backend cannot launch these runs yet; nothing submitted")
 
 
 def _checked_shapes(runs: list[RunSpec], workdir: Path) -> dict[str, slurm.JobShape]:

@@ -21,6 +21,7 @@ from cancelctl.backends.verl.render import (
     launch_blockers,
     render_command,
     render_overrides,
+    unsupported_on_verl,
 )
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "config_name",
     "format_command",
     "launch_blockers",
+    "unsupported_on_verl",
     "render_command",
     "render_overrides",
     "train",

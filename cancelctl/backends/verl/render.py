@@ -16,7 +16,9 @@ Batching on verl (SPEC.md, Batching strategies; notes §2, §4):
   `launch_blockers` refuses to launch such a run until it does.
 - DFPO transforms weights inside each group (SPEC.md, DFPO step 5), so a dfpo run always gets the
   query-preserving layout, whatever `batching.strategy` says (`default` or `query_preserved`);
-  dfpo with `reward_balanced` is refused (the V1 path scatters groups).
+  dfpo with `reward_balanced` is refused (the V1 path scatters groups). NOT LAUNCHABLE YET: verl's
+  ppo_loss hands a registered loss no group ids, so `unsupported_on_verl` refuses dfpo runs at
+  `sweep` time (they render and compose, so specs stay valid for when it lands).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ CONFIG_NAME = {"fsdp": "ppo_trainer", "fsdp2": "ppo_trainer", "megatron": "ppo_m
 LOSS_PLUGIN_MODULE = "losses.verl_plugin"
 POLICY_LOSS_TARGET = "cancelctl.backends.verl.config.CancelPolicyLossConfig"
 REWARD_BALANCED_SAMPLER_MODULE = "cancelctl.backends.verl.sampler"  # not written yet (see module doc)
+# Losses that transform weights within each group: losses.registry.NEEDS_GROUPS (not imported: torch).
+GROUP_LOSSES = frozenset({"dfpo"})
 REWARD_BALANCED_SAMPLER_CLASS = "RewardBalancedReplayBuffer"
 
 ACTOR = "actor_rollout_ref.actor"
@@ -129,18 +133,31 @@ def group_aligned_micro_batch(spec: ExperimentSpec) -> int:
     return G * math.ceil(micro / G)
 
 
+def unsupported_on_verl(run: RunSpec) -> list[str]:
+    """What of this run's spec the verl backend cannot run yet, though its config composes. The same
+    on every machine, so `sweep` refuses such runs before anything is submitted."""
+    unsupported = []
+    if run.spec.algorithm.loss in GROUP_LOSSES:
+        unsupported.append(
+            f"algorithm.loss {run.spec.algorithm.loss}: verl 0.9.1's ppo_loss passes no group ids (uid) to a "
+            "registered policy loss, and group-aware calls from inside verl are not implemented yet "
+            "(run it on the CPU lab: backend: lab)"
+        )
+    if run.spec.batching.strategy == "reward_balanced" and _missing(REWARD_BALANCED_SAMPLER_MODULE):
+        unsupported.append(
+            f"batching.strategy reward_balanced: the V1 sampler {REWARD_BALANCED_SAMPLER_MODULE}."
+            f"{REWARD_BALANCED_SAMPLER_CLASS} is not implemented yet"
+        )
+    return unsupported
+
+
 def launch_blockers(run: RunSpec) -> list[str]:
-    """Why this run cannot start on a cluster yet, though its config composes (empty = ready)."""
+    """Why this run cannot start in this job, though its config composes (empty = ready)."""
     blockers = []
     if _missing(LOSS_PLUGIN_MODULE):
         loss = loss_mode(run.spec.algorithm.loss)
         blockers.append(f"{LOSS_PLUGIN_MODULE} (registers {loss} in verl) is not installed")
-    if run.spec.batching.strategy == "reward_balanced" and _missing(REWARD_BALANCED_SAMPLER_MODULE):
-        blockers.append(
-            f"batching.strategy reward_balanced: the V1 sampler {REWARD_BALANCED_SAMPLER_MODULE}."
-            f"{REWARD_BALANCED_SAMPLER_CLASS} is not implemented yet"
-        )
-    return blockers
+    return blockers + unsupported_on_verl(run)
 
 
 def _missing(module: str) -> bool:

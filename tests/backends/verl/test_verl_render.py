@@ -223,3 +223,11 @@ def test_validate_without_verl_says_skipped(monkeypatch):
     result = validate_runs(verl_runs("batching.yaml"))
     assert result == [] and result.skipped and result.status == SKIPPED
     assert "pip install 'cancelctl[verl]'" in result.status
+
+
+def test_group_losses_are_the_registrys():
+    # render keeps its own copy (importing losses/ costs a torch import): the two must agree
+    from cancelctl.backends.verl.render import GROUP_LOSSES
+    from losses.registry import NEEDS_GROUPS
+
+    assert GROUP_LOSSES == NEEDS_GROUPS

@@ -1,7 +1,7 @@
 """A verl sweep end to end without a GPU: `launch_sweep` (debug executor) → the job entry → a stand-in
 for `python -m verl.trainer.main_ppo` → MLflow → `report`. The stand-in is the only mock (the verl run
 needs GPUs): it reads the overrides cancelctl rendered and writes verl's file-logger JSONL with verl's
-own metric keys (no generated-token count, like verl), its reward rising faster under cancel_dfpo."""
+own metric keys (no generated-token count, like verl), its reward rising faster under cancel_grpo."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ STAND_IN = textwrap.dedent(
     o = dict(arg.split("=", 1) for arg in sys.argv[1:] if "=" in arg and not arg.startswith("--"))
     steps, every = int(o["trainer.total_training_steps"]), int(o["trainer.test_freq"])
     seed, n = int(o["data.seed"]), int(o["actor_rollout_ref.rollout.n"])
-    rate = 0.02 if o["actor_rollout_ref.actor.policy_loss.loss_mode"] == "cancel_dfpo" else 0.01
+    rate = 0.02 if o["actor_rollout_ref.actor.policy_loss.loss_mode"] == "cancel_grpo" else 0.01
     rng = random.Random(seed * 1000 + n)
     with open(os.environ["VERL_FILE_LOGGER_PATH"], "w") as fh:
         def log(step, data):
@@ -48,6 +48,8 @@ def small_group_size_sweep(tmp_path):
     spec["base"]["budget"]["steps"] = 60
     spec["base"]["eval"]["every"] = 10
     spec["grid"]["rollout.G"] = [4, 8]
+    # dfpo cannot launch on verl yet (no group ids in verl's ppo_loss): compare grpo with gspo instead
+    spec["arms"] = {"gspo": {"algorithm": {"loss": "gspo"}}, "grpo": {"algorithm": {"loss": "grpo"}}}
     path = tmp_path / "group-size-mini.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return load_sweep(path)
@@ -72,7 +74,7 @@ def test_verl_sweep_lands_in_mlflow_and_reports_on_the_derived_compute(small_gro
     car = report.table("compute_at_reward").data.set_index(["group", "arm"])
     for group in ("rollout.G=4", "rollout.G=8"):
         assert car.loc[(group, "gspo"), "normalised"] == pytest.approx(1.0)
-        assert car.loc[(group, "dfpo-min-replace"), "normalised"] == pytest.approx(0.5, abs=0.1)  # twice the rate
+        assert car.loc[(group, "grpo"), "normalised"] == pytest.approx(0.5, abs=0.1)  # twice the rate
     scores = report.table("final_scores").data
     assert set(scores["benchmark"]) == {"aime25 avg@32"} and (scores["n_seeds"] == 3).all()
     display = report.table("delta_per_G").display
