@@ -315,7 +315,9 @@ def cancel(sweep: str = typer.Argument(..., help="Sweep name."), workdir: Option
 @app.command()
 def report(
     sweep: Optional[str] = typer.Argument(None, help="Sweep name (default: the latest sweep of the work dir)."),
-    baseline: str = typer.Option(..., "--baseline", "-b", help="Arm every other arm is compared against."),
+    baseline: Optional[str] = typer.Option(
+        None, "--baseline", "-b", help="Arm every other arm is compared against (default: the sweep file's baseline)."
+    ),
     threshold: Optional[float] = typer.Option(None, "--threshold", "-k", help="Reward threshold kappa for Compute@Reward."),
     compute: str = typer.Option("tokens", "--compute", help="Compute axis: tokens | updates | hours."),
     metric: str = typer.Option("critic/score/mean", "--metric", help="Training reward metric key."),

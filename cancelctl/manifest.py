@@ -98,6 +98,7 @@ class Manifest:
     sweep: str
     executor: str
     file: str | None = None
+    baseline: str | None = None  # the sweep file's baseline arm: `report`'s default
     created_at: float = field(default_factory=time.time)
     launched_at: float | None = None
     cancelled_at: float | None = None

@@ -14,7 +14,7 @@ def report_sweep(
     workdir: Path,
     sweep: str | None,
     *,
-    baseline: str,
+    baseline: str | None = None,
     threshold: float | None = None,
     compute: str = "tokens",
     metric: str = "critic/score/mean",
@@ -27,6 +27,7 @@ def report_sweep(
     from cancelctl.tracking import collect, resolve_tracking_uri
 
     sweep = sweep or latest_sweep_name(workdir)
+    baseline = baseline or sweep_baseline(workdir, sweep)
     store_uri, experiment = sweep_tracking_target(workdir, sweep)
     uri = uri or store_uri or resolve_tracking_uri(None, workdir)
     runs, metrics = collect(uri, experiment, workdir)
@@ -44,6 +45,19 @@ def report_sweep(
         allow_unmatched=allow_unmatched,
         console=console,
     )
+
+
+def sweep_baseline(workdir: Path, sweep: str) -> str:
+    """The `baseline` arm of the sweep file, as recorded when the sweep was launched."""
+    from cancelctl.launch.layout import sweep_paths
+
+    store = sweep_paths(workdir, sweep).store
+    manifest = store.load() if store.exists() else None
+    if manifest is None or not manifest.baseline:
+        arms = sorted({entry.arm for entry in manifest.runs.values()}) if manifest is not None else []
+        known = f" (arms: {', '.join(arms)})" if arms else ""
+        raise SpecError(f"sweep {sweep!r} names no baseline arm: pass --baseline ARM{known}")
+    return manifest.baseline
 
 
 def latest_sweep_name(workdir: Path) -> str:

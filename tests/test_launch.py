@@ -250,6 +250,22 @@ def test_debug_failed_run_is_reported_and_retry_resubmits_only_it(tmp_path, work
     assert len(mlflow_runs(workdir, sweep.name)) == 2
 
 
+def test_report_defaults_to_the_sweep_files_baseline(tmp_path, workdir):
+    from cancelctl.errors import SpecError
+    from cancelctl.reporting import report_sweep
+
+    with_baseline = load_sweep(write_sweep(tmp_path, "with-baseline", seeds=(0,), baseline="gspo"))
+    launch_sweep(with_baseline, workdir=workdir, executor="debug")
+    report = report_sweep(workdir, None, out=tmp_path / "report", allow_unmatched=True)
+    assert report.baseline == "gspo" and report.sweep == "with-baseline"
+
+    without = load_sweep(write_sweep(tmp_path, "no-baseline", seeds=(0,)))
+    launch_sweep(without, workdir=workdir, executor="debug")
+    with pytest.raises(SpecError, match=r"names no baseline arm: pass --baseline ARM \(arms: grpo, gspo\)"):
+        report_sweep(workdir, "no-baseline", out=tmp_path / "report2")
+    assert report_sweep(workdir, "no-baseline", baseline="grpo", out=tmp_path / "report2").baseline == "grpo"
+
+
 def test_dry_run_submits_and_writes_nothing(tmp_path):
     sweep = load_sweep(write_sweep(tmp_path, "dry"))
     workdir = tmp_path / "never"

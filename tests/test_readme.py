@@ -84,7 +84,7 @@ LOCAL_EXAMPLES = {
     "cancelctl sweep experiments/lab-demo.yaml --retry-failed",
     "cancelctl sync",
     "cancelctl report --baseline gspo",
-    "cancelctl report lab-demo --baseline gspo --threshold 0.6 --compute updates",
+    "cancelctl report lab-demo --threshold 0.6 --compute updates",
     "cancelctl bench losses --rows 256 --tokens 1024 --group 8",
 }
 SLURM_EXAMPLES = {
@@ -151,7 +151,7 @@ def test_demo_and_the_examples_on_its_work_dir(project):
     assert result.exit_code == 0 and "16 completed" in result.output
     result = cli("cancelctl sync", project)
     assert result.exit_code == 0 and "uploaded 0 points" in result.output
-    result = cli("cancelctl report lab-demo --baseline gspo --threshold 0.6 --compute updates", project)
+    result = cli("cancelctl report lab-demo --threshold 0.6 --compute updates", project)
     assert result.exit_code == 0, result.output
 
 

@@ -214,6 +214,7 @@ def _test_shapes(paths: SweepPaths, shapes: dict[str, slurm.JobShape]) -> None:
 def _register(paths: SweepPaths, sweep: Sweep, kind: str) -> None:
     with paths.store.update(create=Manifest(sweep=sweep.name, executor=kind)) as manifest:
         manifest.file, manifest.executor, manifest.launched_at = sweep.file, kind, time.time()
+        manifest.baseline = sweep.spec.baseline
         for run in sweep.runs:
             entry = manifest.runs.get(run.run_id)
             if entry is None:
