@@ -266,6 +266,38 @@ def test_report_defaults_to_the_sweep_files_baseline(tmp_path, workdir):
     assert report_sweep(workdir, "no-baseline", baseline="grpo", out=tmp_path / "report2").baseline == "grpo"
 
 
+def test_runs_finished_in_a_shared_store_are_adopted_not_rerun(tmp_path, template_db):
+    """Two work dirs, one MLflow store (a shared tracking server): the second launch of the same sweep
+    runs only what the store does not hold FINISHED; a FAILED run there is run again."""
+    store = tmp_path / "shared.db"
+    shutil.copy(template_db, store)
+    arms = {"grpo": {"algorithm": {"loss": "grpo"}}, "broken": {"algorithm": {"loss": "gspo"}, "lab": {"fail_at_step": 2}}}
+    path = write_sweep(tmp_path, "shared", arms=arms, seeds=(0, 1), base={"tracking": {"uri": f"sqlite:///{store}"}})
+    first_dir, second_dir = tmp_path / "alice", tmp_path / "bob"
+    first = launch_sweep(load_sweep(path), workdir=first_dir, executor="debug")
+    broken = sorted(r.run_id for r in load_sweep(path).runs if r.arm == "broken")
+    assert sorted(first.failed) == broken
+
+    def points() -> int:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(f"sqlite:///{store}")
+        runs = client.search_runs([client.get_experiment_by_name("shared").experiment_id])
+        return sum(len(client.get_metric_history(r.info.run_id, "actor/pg_loss")) for r in runs)
+
+    before = points()
+    second = launch_sweep(load_sweep(path), workdir=second_dir, executor="debug")
+    finished = sorted(r.run_id for r in load_sweep(path).runs if r.arm == "grpo")
+    assert sorted(second.skipped_finished) == finished and sorted(second.submitted) == broken
+    assert any("adopted" in w for w in second.warnings)
+    states = {s.run_id: s for s in sweep_status(second_dir, "shared")}
+    for run_id in finished:
+        assert states[run_id].state == "completed" and states[run_id].final["actor/pg_loss"] is not None
+        assert starts(second_dir, "shared", run_id) == 0 and states[run_id].reason.startswith("adopted: FINISHED in sqlite")
+        assert states[run_id].final == {s.run_id: s for s in first.states}[run_id].final
+    assert points() == before + 2  # only the 2 broken runs logged again (1 step each before failing)
+
+
 def test_dry_run_submits_and_writes_nothing(tmp_path):
     sweep = load_sweep(write_sweep(tmp_path, "dry"))
     workdir = tmp_path / "never"

@@ -23,8 +23,8 @@ from cancelctl.errors import SpecError, SpecIssue
 from cancelctl.jobs import RunJob, archive_error
 from cancelctl.launch import local, slurm
 from cancelctl.launch.layout import SweepPaths, sweep_paths
-from cancelctl.launch.prepare import prepare_run
-from cancelctl.launch.states import ACTIVE, CANCELLED, COMPLETED, FAILED, RunState, sweep_states
+from cancelctl.launch.prepare import prepare_run, tracking_target, write_adopted_result
+from cancelctl.launch.states import ACTIVE, CANCELLED, COMPLETED, FAILED, UNSUBMITTED, RunState, sweep_states
 from cancelctl.manifest import ABANDONED, SUBMIT_FAILED, SUBMITTED, Manifest, RunEntry, file_lock
 from cancelctl.plan import RunSpec, Sweep
 from cancelctl.yamlpos import Location, load_yaml_file
@@ -106,6 +106,7 @@ def launch_sweep(
         manifest = paths.store.load()
         states = {s.run_id: s for s in sweep_states(paths, manifest, driver_alive=local.driver_alive(manifest))}
         to_submit = _classify(sweep.runs, states, retry_failed, result)
+        to_submit = _adopt_finished_in_store(paths, to_submit, states, result)
         for run in sweep.runs:  # one MLflow run per RunSpec, created when planned
             prepare_run(paths, run, result.warnings)
         for run in to_submit:
@@ -221,6 +222,37 @@ def _register(paths: SweepPaths, sweep: Sweep, kind: str) -> None:
                 manifest.runs[run.run_id] = RunEntry(run.name, run.arm, run.seed, run.group, steps=run.spec.budget.steps)
             else:
                 entry.name, entry.arm, entry.group, entry.steps = run.name, run.arm, run.group, run.spec.budget.steps
+
+
+def _adopt_finished_in_store(
+    paths: SweepPaths, runs: list[RunSpec], states: dict[str, RunState], result: LaunchResult
+) -> list[RunSpec]:
+    """Runs never submitted from this work dir whose MLflow store already holds them FINISHED (same
+    run id: same resolved spec and seed, e.g. run by a colleague against a shared tracking server) are
+    adopted, not run again: their result.json is written from the store's final metrics. Returns the
+    runs still to submit."""
+    from cancelctl.tracking import finished_runs
+
+    fresh: dict[tuple[str, str], set[str]] = {}
+    for run in runs:
+        if states[run.run_id].state == UNSUBMITTED and not states[run.run_id].attempts:
+            fresh.setdefault(tracking_target(run, paths.workdir), set()).add(run.run_id)
+    adopted: set[str] = set()
+    for (uri, experiment), run_ids in fresh.items():
+        try:
+            found = finished_runs(uri, experiment, run_ids)
+        except Exception as exc:  # noqa: BLE001 - an unreachable store: run them, as before
+            result.warnings.append(f"could not look for finished runs in {uri} ({type(exc).__name__}: {exc})")
+            continue
+        for run_id, mlflow_run in found.items():
+            write_adopted_result(paths.run_dir(run_id), mlflow_run, uri)
+            adopted.add(run_id)
+    if adopted:
+        result.skipped_finished.extend(sorted(adopted))
+        result.warnings.append(
+            f"{len(adopted)} run(s) already FINISHED in their MLflow store (same run ids) were adopted, not rerun"
+        )
+    return [run for run in runs if run.run_id not in adopted]
 
 
 def _classify(runs: list[RunSpec], states: dict[str, RunState], retry_failed: bool, result: LaunchResult) -> list[RunSpec]:

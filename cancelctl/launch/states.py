@@ -99,6 +99,8 @@ def run_state(
     result = _read_json(run_dir / RESULT_JSON)
     if result is not None:
         state.state, state.final = COMPLETED, dict(result.get("metrics") or {})
+        if result.get("adopted_from"):  # run elsewhere, found FINISHED in the shared tracking store
+            state.reason = f"adopted: FINISHED in {result['adopted_from']}"
     if latest is not None:
         sub, index = latest
         state.executor, state.job_id, state.log = sub.executor, sub.task_job_id(index), _log_path(paths, sub, index)

@@ -10,7 +10,8 @@ Store
 Runs
     ``create_run`` makes one MLflow run per cancelctl ``run_id`` (tag ``cancelctl.run_id``, found by
     tag search, never duplicated) in status SCHEDULED, with provenance tags (git SHA of the cwd repo,
-    package versions) and the flattened spec as params.
+    package versions) and the flattened spec as params. ``finished_runs`` finds the ones a store
+    already holds FINISHED (a shared server): the launcher adopts them instead of running them again.
 
 Files in a run folder (``run_dir``)
     ``run.json`` — written by the executor (``write_run_json`` writes it), read by ``sync``/``collect``
@@ -70,7 +71,7 @@ from cancelctl.tracking.runfiles import (
     read_metrics_jsonl,
     write_run_json,
 )
-from cancelctl.tracking.runs import create_run, flatten_params, provenance_tags
+from cancelctl.tracking.runs import create_run, finished_runs, flatten_params, provenance_tags
 from cancelctl.tracking.sync import RunSyncResult, SyncResult, sync
 from cancelctl.tracking.uri import (
     TrackingUnavailable,
@@ -91,6 +92,7 @@ __all__ = [
     "TrackingUnavailable",
     "collect",
     "create_run",
+    "finished_runs",
     "default_tracking_uri",
     "flatten_params",
     "normalize_tracking_uri",

@@ -111,6 +111,33 @@ def _artifact_location(uri: str) -> str | None:
     return (path.parent / "mlartifacts").as_uri() if path is not None else None
 
 
+def finished_runs(uri: str, experiment: str, run_ids: set[str]) -> dict[str, Any]:
+    """The FINISHED MLflow runs of `experiment` tagged with one of `run_ids`: run_id -> mlflow Run
+    (its `data.metrics` holds each metric's last value). One paged search, not one per run."""
+    if not run_ids:
+        return {}
+    uri = normalize_tracking_uri(uri)
+    client = client_for(uri)
+    with fast_fail_http():
+        experiment_obj = client.get_experiment_by_name(experiment)
+        if experiment_obj is None:
+            return {}
+        found: dict[str, Any] = {}
+        token = None
+        while True:
+            page = client.search_runs(
+                [experiment_obj.experiment_id], filter_string="attributes.status = 'FINISHED'", max_results=1000,
+                page_token=token,
+            )
+            for run in page:
+                run_id = run.data.tags.get(RUN_ID_TAG)
+                if run_id in run_ids and run_id not in found:
+                    found[run_id] = run
+            token = page.token
+            if not token:
+                return found
+
+
 def find_run(client: MlflowClient, experiment_id: str, run_id: str):
     """The active MLflow run tagged cancelctl.run_id == run_id (the oldest if several), or None."""
     if "'" in run_id or "\\" in run_id:
