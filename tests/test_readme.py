@@ -126,13 +126,13 @@ def test_spec_examples(project):
 
 @pytest.mark.slow
 def test_demo_and_the_examples_on_its_work_dir(project):
-    """README line 1 for real: 16 lab runs on the local executor, then the report (≤ 5 min target)."""
+    """README line 1 for real: 24 lab runs on the local executor, then the report (≤ 5 min target)."""
     t0 = time.monotonic()
     result = cli("cancelctl sweep experiments/lab-demo.yaml", project)
     took = time.monotonic() - t0
     print(f"lab demo sweep: {took:.0f} s")
     assert result.exit_code == 0, result.output
-    assert "submitted 16" in result.output and "16 completed" in result.output
+    assert "submitted 24" in result.output and "24 completed" in result.output
 
     result = cli("cancelctl report --baseline gspo", project)
     assert result.exit_code == 0, result.output
@@ -144,11 +144,11 @@ def test_demo_and_the_examples_on_its_work_dir(project):
     # the same sweep again submits nothing
     for line in ("cancelctl sweep experiments/lab-demo.yaml", "cancelctl sweep experiments/lab-demo.yaml --retry-failed"):
         result = cli(line, project)
-        assert result.exit_code == 0 and "submitted 0" in result.output and "skipped 16 finished" in result.output
+        assert result.exit_code == 0 and "submitted 0" in result.output and "skipped 24 finished" in result.output
     result = cli("cancelctl sweep experiments/lab-demo.yaml --dry-run", project)
     assert result.exit_code == 0 and "would submit 0" in result.output
     result = cli("cancelctl status lab-demo", project)
-    assert result.exit_code == 0 and "16 completed" in result.output
+    assert result.exit_code == 0 and "24 completed" in result.output
     result = cli("cancelctl sync", project)
     assert result.exit_code == 0 and "uploaded 0 points" in result.output
     result = cli("cancelctl report lab-demo --threshold 0.6 --compute updates", project)
@@ -176,7 +176,7 @@ def test_slurm_examples(tmp_path, monkeypatch):
     monkeypatch.setenv("CANCELCTL_WORKDIR", str(tmp_path / ".cancelctl"))
     result = cli("cancelctl sweep experiments/lab-demo.yaml --executor slurm --no-wait", tmp_path)
     assert result.exit_code == 0, result.output
-    assert "submitted 16" in result.output and "jobs" in result.output
+    assert "submitted 24" in result.output and "jobs" in result.output
     result = cli("cancelctl status lab-demo", tmp_path)
     assert result.exit_code == 0 and "lab-demo" in result.output
     result = cli("cancelctl cancel lab-demo", tmp_path)
