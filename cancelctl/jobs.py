@@ -110,7 +110,7 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None)
         raise
     result = {str(k): float(v) for k, v in (result or {}).items()}
     logger.close("FINISHED")
-    _atomic_json(run_dir / RESULT_JSON, {"metrics": result, "finished_at": time.time(), "token": token})
+    write_result(run_dir, result, token=token)
     _end_attempt(run_dir, token, "finished")
     return result
 
@@ -201,6 +201,13 @@ def _write_error(run_dir: Path, kind: str) -> None:
     summary = f"{exc_type.__name__}: {exc}" if exc_type is not None else "unknown error"
     text = f"{kind} {when} job {current_job_id() or 'in-process'}: {summary.splitlines()[0] if summary else ''}\n"
     (run_dir / ERROR_TXT).write_text(text + traceback.format_exc(), encoding="utf-8")
+
+
+def write_result(run_dir: Path, metrics: dict[str, float], *, token: str, finished_at: float | None = None,
+                 **extra: Any) -> None:
+    """result.json: the run's final metrics; its presence means "completed" to `cancelctl status`."""
+    payload = {"metrics": metrics, "finished_at": time.time() if finished_at is None else finished_at, "token": token}
+    _atomic_json(run_dir / RESULT_JSON, {**payload, **extra})
 
 
 def archive_error(run_dir: Path) -> None:

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cancelctl.jobs import RESULT_JSON, RUN_JSON
+from cancelctl.jobs import RUN_JSON, write_result
 from cancelctl.launch.layout import SweepPaths
 from cancelctl.plan import RunSpec, flatten
 
@@ -80,10 +80,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 def write_adopted_result(run_dir: Path, mlflow_run: Any, uri: str) -> None:
     """result.json for a run found FINISHED in its MLflow store: `status` shows it completed, `report`
     reads its metrics from the store."""
-    from cancelctl.fileio import atomic_write_json
-
-    run_dir.mkdir(parents=True, exist_ok=True)
     metrics = {str(k): float(v) for k, v in mlflow_run.data.metrics.items()}
-    ended = (mlflow_run.info.end_time or 0) / 1000
-    payload = {"metrics": metrics, "finished_at": ended, "token": "", "adopted_from": f"{uri} run {mlflow_run.info.run_id}"}
-    atomic_write_json(run_dir / RESULT_JSON, payload)
+    write_result(
+        run_dir, metrics, token="", finished_at=(mlflow_run.info.end_time or 0) / 1000,
+        adopted_from=f"{uri} run {mlflow_run.info.run_id}",
+    )

@@ -27,7 +27,7 @@ from cancelctl.tracking.runfiles import (
     find_run_dirs,
     read_metrics_jsonl,
 )
-from cancelctl.tracking.runs import RUN_ID_TAG, client_for
+from cancelctl.tracking.runs import RUN_ID_TAG, client_for, search_all_runs
 from cancelctl.tracking.upload import MAX_DOUBLE
 from cancelctl.tracking.uri import fast_fail_http, normalize_tracking_uri, sqlite_path
 
@@ -179,7 +179,7 @@ def _read_mlflow_api(uri: str, experiment: str) -> tuple[list[_StoreRun], pd.Dat
         found = client.get_experiment_by_name(experiment)
         if found is None or found.lifecycle_stage != "active":
             return [], _empty_raw_metrics()
-        mlflow_runs = _search_all_runs(client, found.experiment_id)
+        mlflow_runs = search_all_runs(client, found.experiment_id)
         store_runs = [
             _StoreRun(run.info.run_id, run.info.run_name or "", run.info.status, run.info.start_time or 0,
                       {k: v for k, v in run.data.tags.items() if k.startswith("cancelctl.")})
@@ -196,16 +196,6 @@ def _read_mlflow_api(uri: str, experiment: str) -> tuple[list[_StoreRun], pd.Dat
             columns["value"].append(point.value)
             columns["timestamp"].append(point.timestamp)
     return store_runs, pd.DataFrame(columns)
-
-
-def _search_all_runs(client, experiment_id: str) -> list:
-    runs, token = [], None
-    while True:
-        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
 
 
 def _metric_histories(client, requests: list[tuple[str, str]], workers: int) -> Iterable[list]:

@@ -123,19 +123,22 @@ def finished_runs(uri: str, experiment: str, run_ids: set[str]) -> dict[str, Any
         if experiment_obj is None:
             return {}
         found: dict[str, Any] = {}
-        token = None
-        while True:
-            page = client.search_runs(
-                [experiment_obj.experiment_id], filter_string="attributes.status = 'FINISHED'", max_results=1000,
-                page_token=token,
-            )
-            for run in page:
-                run_id = run.data.tags.get(RUN_ID_TAG)
-                if run_id in run_ids and run_id not in found:
-                    found[run_id] = run
-            token = page.token
-            if not token:
-                return found
+        for run in search_all_runs(client, experiment_obj.experiment_id, "attributes.status = 'FINISHED'"):
+            run_id = run.data.tags.get(RUN_ID_TAG)
+            if run_id in run_ids and run_id not in found:
+                found[run_id] = run
+        return found
+
+
+def search_all_runs(client: MlflowClient, experiment_id: str, filter_string: str = "") -> list:
+    """Every run of the experiment matching `filter_string`, through all of search_runs' pages."""
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=filter_string, max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
 
 
 def find_run(client: MlflowClient, experiment_id: str, run_id: str):
