@@ -8,23 +8,34 @@ An `ExperimentSpec` is one fully-resolved training run (minus nothing: the seed 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
-LossName = Literal["grpo", "dapo", "gspo", "grpo_symclip", "dfpo"]
-AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
-TransformName = Literal["min_replace", "orth_proj", "pos_orth_qp", "trunc_rebalance"]
-BatchingName = Literal["default", "query_preserved", "reward_balanced", "sign_split"]
+from losses import catalog
 
-# Losses whose value is built on the sequence ratio use verl's GSPO aggregation [D eq. 42-44].
-DEFAULT_AGG_MODE: dict[str, str] = {
-    "grpo": "token-mean",
-    "dapo": "token-mean",
-    "gspo": "seq-mean-token-mean",
-    "grpo_symclip": "token-mean",
-    "dfpo": "seq-mean-token-mean",
-}
+
+def _one_of(names: tuple[str, ...]) -> str:
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
+def _registered_loss(name: str) -> str:
+    # checked against the live catalog (not a Literal frozen at import), so a loss registered by an
+    # extension validates; the message is pydantic's literal message
+    if name not in catalog.LOSSES:
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": _one_of(catalog.loss_names())})
+    return name
+
+
+LossName = Annotated[
+    str, AfterValidator(_registered_loss), WithJsonSchema({"enum": list(catalog.loss_names()), "type": "string"})
+]
+AggMode = Literal[catalog.AGG_MODES]
+TransformName = Literal[catalog.TRANSFORMS]
+BatchingName = Literal[catalog.BATCHING_STRATEGIES]
+ProbeName = Literal[catalog.PROBES]
 
 
 class Strict(BaseModel):
@@ -118,7 +129,7 @@ class AlgorithmSpec(Strict):
     tis: TisSpec | None = None
     inject_delta: DeltaSpec | None = None
     inject_noise: NoiseSpec | None = None
-    probe: Literal["positive_only", "negative_only"] | None = None
+    probe: ProbeName | None = None
     monitor_delta: float = Field(2.0, description="delta used by the hacking/J monitor [H eq. 23]")
     optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
     lr: float | None = Field(None, gt=0, description="default: 1e-6 on verl (the papers' LLM value), 5e-4 on the lab")
@@ -132,7 +143,7 @@ class AlgorithmSpec(Strict):
 
     @property
     def agg_mode(self) -> str:
-        return self.loss_agg_mode or DEFAULT_AGG_MODE[self.loss]
+        return self.loss_agg_mode or catalog.loss_info(self.loss).default_agg_mode
 
 
 class RolloutSpec(Strict):
@@ -276,6 +287,3 @@ class SweepSpec(Strict):
             raise ValueError(f"baseline {self.baseline!r} is not an arm (arms: {', '.join(self.arms)})")
         return self
 
-
-def experiment_json_schema() -> dict[str, Any]:
-    return ExperimentSpec.model_json_schema()

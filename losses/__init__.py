@@ -2,67 +2,83 @@
 
 Losses take verl's keyword signature plus `group_ids` and return `(loss, metrics)`; the CPU lab
 and verl (through `losses.verl_plugin`, loaded by verl's plugin entry point) call the same code.
-Nothing here imports verl.
+Nothing here imports verl. Attributes load lazily (PEP 562), so `losses.catalog` — the names a spec
+validates against — imports without torch.
 """
 
-from losses.advantages import group_advantages, row_advantages
-from losses.aggregation import AGG_MODES, agg_loss
-from losses.config import TRANSFORMS, LossConfig, PolicyLossOptions
-from losses.dfpo import dfpo
-from losses.metrics import dfpo_asym, dfpo_ortho_residual, hacking_j, mismatch_metrics
-from losses.pg import dapo, grpo, grpo_symclip, gspo
-from losses.ratios import sequence_ratio, sign_aware_clip, symmetric_clip, token_ratio
-from losses.registry import get, names
-from losses.transforms import min_replace, orth_proj, pos_orth_qp, transform, trunc_rebalance
-from losses.weights import (
-    DeviceGenerators,
-    delta_weights,
-    inject_delta,
-    inject_noise,
-    negative_only,
-    noise_weights,
-    positive_only,
-    sign_weights,
-    tis,
-    tis_weights,
-)
+from __future__ import annotations
 
-__all__ = [
-    "AGG_MODES",
-    "TRANSFORMS",
-    "DeviceGenerators",
-    "LossConfig",
-    "PolicyLossOptions",
-    "agg_loss",
-    "dapo",
-    "delta_weights",
-    "dfpo",
-    "dfpo_asym",
-    "dfpo_ortho_residual",
-    "get",
-    "group_advantages",
-    "grpo",
-    "grpo_symclip",
-    "gspo",
-    "hacking_j",
-    "inject_delta",
-    "inject_noise",
-    "min_replace",
-    "mismatch_metrics",
-    "names",
-    "negative_only",
-    "noise_weights",
-    "orth_proj",
-    "pos_orth_qp",
-    "positive_only",
-    "row_advantages",
-    "sequence_ratio",
-    "sign_aware_clip",
-    "sign_weights",
-    "symmetric_clip",
-    "tis",
-    "tis_weights",
-    "token_ratio",
-    "transform",
-    "trunc_rebalance",
-]
+import importlib
+import sys
+import types
+from typing import Any
+
+_EXPORTS = {
+    "group_advantages": "losses.advantages",
+    "row_advantages": "losses.advantages",
+    "AGG_MODES": "losses.aggregation",
+    "agg_loss": "losses.aggregation",
+    "TRANSFORMS": "losses.catalog",
+    "LossConfig": "losses.config",
+    "PolicyLossOptions": "losses.config",
+    "WrapperOptions": "losses.compose",
+    "wrap_loss": "losses.compose",
+    "dfpo": "losses.dfpo",
+    "dfpo_asym": "losses.metrics",
+    "dfpo_ortho_residual": "losses.metrics",
+    "hacking_j": "losses.metrics",
+    "mismatch_metrics": "losses.metrics",
+    "dapo": "losses.pg",
+    "grpo": "losses.pg",
+    "grpo_symclip": "losses.pg",
+    "gspo": "losses.pg",
+    "sequence_ratio": "losses.ratios",
+    "sign_aware_clip": "losses.ratios",
+    "symmetric_clip": "losses.ratios",
+    "token_ratio": "losses.ratios",
+    "get": "losses.registry",
+    "names": "losses.registry",
+    "min_replace": "losses.transforms",
+    "orth_proj": "losses.transforms",
+    "pos_orth_qp": "losses.transforms",
+    "transform": "losses.transforms",
+    "trunc_rebalance": "losses.transforms",
+    "DeviceGenerators": "losses.weights",
+    "delta_weights": "losses.weights",
+    "inject_delta": "losses.weights",
+    "inject_noise": "losses.weights",
+    "negative_only": "losses.weights",
+    "noise_weights": "losses.weights",
+    "positive_only": "losses.weights",
+    "sign_weights": "losses.weights",
+    "tis": "losses.weights",
+    "tis_weights": "losses.weights",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'losses' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+class _Package(types.ModuleType):
+    """`losses.dfpo` is the loss, not its module (as before the lazy exports): importing the submodule
+    `losses.dfpo` makes Python set the package attribute to the module; bind the function instead."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == value.__name__:
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -11,9 +11,8 @@ from typing import Any
 
 import torch
 
+from losses.catalog import ALL_AGG_MODES as AGG_MODES
 from losses.config import batch_info
-
-AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis=None) -> torch.Tensor:

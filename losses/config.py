@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-TRANSFORMS = ("min_replace", "orth_proj", "pos_orth_qp", "trunc_rebalance")
+from losses.catalog import TRANSFORMS  # noqa: F401  (re-exported: losses.dfpo, losses.transforms)
 
 
 @dataclass

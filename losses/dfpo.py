@@ -88,3 +88,18 @@ def dfpo(
         **{"dfpo/asym": group_asymmetry(exact, adv, index), "dfpo/ortho_residual": ortho_residual(exact, adv, index)},
     )
     return loss, metrics
+
+
+def dfpo_row_weights(log_prob, old_log_prob, advantages, response_mask, group_ids, config=None):
+    """w_i of [D eq. 23] for dfpo: s̃ = T(s̄, Â) within the groups given (whole groups, as in the loss),
+    or scale·s̄ for the scale ablation [D App. B, Table 3]."""
+    config = DEFAULT_CONFIG if config is None else config
+    clip_low, clip_high = clip_bounds(config)
+    post_clip = sign_aware_clip(sequence_ratio(log_prob, old_log_prob, response_mask), advantages, clip_low, clip_high)
+    scale = policy_option(config, "scale", None)
+    if scale is not None:
+        return scale * post_clip
+    name = policy_option(config, "transform", "min_replace")
+    options = {"eps1": policy_option(config, "eps1", 0.05)} if name == "trunc_rebalance" else {}
+    index = group_index(torch.as_tensor(group_ids, device=post_clip.device))
+    return apply_transform(name, post_clip, advantages, index, **options).to(post_clip.dtype)

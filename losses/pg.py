@@ -14,7 +14,16 @@ import torch
 from losses.aggregation import aggregate, masked_mean
 from losses.config import DEFAULT_CONFIG, clip_bounds, dual_clip
 from losses.metrics import pg_metrics
-from losses.ratios import compute_float, ppo_clip_loss, sequence_ratio_token_form, symmetric_clip, token_log_ratio
+from losses.ratios import (
+    compute_float,
+    ppo_clip_loss,
+    sequence_ratio,
+    sequence_ratio_token_form,
+    sign_aware_clip,
+    symmetric_clip,
+    token_log_ratio,
+    token_ratio,
+)
 
 
 def _inputs(old_log_prob, log_prob, advantages, config):
@@ -127,3 +136,31 @@ def grpo_symclip(
     loss = aggregate(token_loss, response_mask, loss_agg_mode, config)
     clipfrac = masked_mean(torch.gt(ratio, 1 + clip_high).float(), response_mask)
     return loss, pg_metrics(clipfrac, masked_mean(-log_ratio, response_mask), clipfrac.new_zeros(()))
+
+
+# Row weights w_i of [D eq. 23] (the catalog's `row_weights`): the post-clip weight each loss puts on a
+# row. Wrapper weights (tis, δ, noise, probes) are not part of w: asym measures the ratios' modulation.
+
+
+def sequence_row_weights(log_prob, old_log_prob, advantages, response_mask, group_ids=None, config=None):
+    """gspo: s̄_i, the sign-aware clipped sequence ratio [D eq. 46-47]."""
+    clip_low, clip_high = clip_bounds(DEFAULT_CONFIG if config is None else config)
+    return sign_aware_clip(sequence_ratio(log_prob, old_log_prob, response_mask), advantages, clip_low, clip_high)
+
+
+def token_row_weights(log_prob, old_log_prob, advantages, response_mask, group_ids=None, config=None):
+    """grpo/dapo: the token mean of the sign-aware clipped token ratio, so Σ_t Â r̄_t / |y_i| = Â w_i."""
+    clip_low, clip_high = clip_bounds(DEFAULT_CONFIG if config is None else config)
+    ratio = token_ratio(log_prob, old_log_prob)
+    clipped = sign_aware_clip(ratio, advantages.unsqueeze(-1).expand_as(ratio), clip_low, clip_high)
+    return _row_mean(clipped, response_mask)
+
+
+def symclip_row_weights(log_prob, old_log_prob, advantages, response_mask, group_ids=None, config=None):
+    """grpo_symclip: the token mean of clip(r, 0, 1+ε) [D eq. 79]."""
+    _, clip_high = clip_bounds(DEFAULT_CONFIG if config is None else config)
+    return _row_mean(symmetric_clip(token_ratio(log_prob, old_log_prob), clip_high), response_mask)
+
+
+def _row_mean(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    return (values * response_mask).sum(-1) / response_mask.sum(-1).clamp(min=1)

@@ -344,7 +344,8 @@ class LabRun:
             record.energy.index_add_(0, fwd, g2 * h2 * mask)
             # w_i the loss applied to this pass's rows [D eq. 23]
             weights = row_weights(
-                alg, log_prob.detach(), kwargs["old_log_prob"], kwargs["advantages"], mask, kwargs["group_ids"]
+                alg, self.config, log_prob.detach(), kwargs["old_log_prob"], kwargs["advantages"], mask,
+                kwargs["group_ids"],
             )
             own = in_minibatch.bool()
             record.weights[fwd[own]] = weights[own].float()

@@ -1,0 +1,90 @@
+"""Every name a spec, the lab and verl share — torch-free, so validating a spec never imports torch.
+
+One entry per loss (SPEC "Losses"): where its function lives, the per-row weight w_i it puts on a row
+(what `dfpo/asym` and `dfpo/weight_dispersion` measure [D eq. 23]), whether it needs whole groups,
+and its default aggregation. `losses.registry` resolves the dotted paths lazily, so a new loss is its
+own module plus one `register_loss` call here (or from an extension); nothing else lists loss names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# DFPO group transformations of the post-clip sequence weights [D eq. 18, 50-55] (SPEC "DFPO, exactly").
+TRANSFORMS = ("min_replace", "orth_proj", "pos_orth_qp", "trunc_rebalance")
+# Sign probes [C §3.2]: keep only rows with Â > 0 / Â < 0.
+PROBES = ("positive_only", "negative_only")
+# Batching strategies [C §4] (SPEC "Batching strategies").
+BATCHING_STRATEGIES = ("default", "query_preserved", "reward_balanced", "sign_split")
+# verl's aggregation modes a spec may choose (SPEC "Losses"); `token-sum` is verl's too, accepted by the math only.
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+ALL_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+# Token-weight wrappers, innermost first (all multiply detached weights, so the order is only a label).
+WRAPPERS = ("probe", "inject_delta", "inject_noise", "tis")
+
+
+@dataclass(frozen=True)
+class LossInfo:
+    """A registered loss.
+
+    function: "module:attribute" of fn(old_log_prob, log_prob, advantages, response_mask,
+        loss_agg_mode, config, rollout_is_weights, group_ids) -> (loss, metrics), verl's signature.
+    row_weights: "module:attribute" of fn(log_prob, old_log_prob, advantages [N], response_mask,
+        group_ids, config) -> w [N], the weight the loss puts on row i [D eq. 23].
+    """
+
+    name: str
+    function: str
+    row_weights: str
+    default_agg_mode: str
+    needs_groups: bool = False
+    source: str = ""
+
+
+LOSSES: dict[str, LossInfo] = {}
+
+
+def register_loss(info: LossInfo) -> LossInfo:
+    """Add a loss to the catalog (the one registration a new loss needs)."""
+    if info.name in LOSSES and LOSSES[info.name] != info:
+        raise ValueError(f"loss {info.name!r} is already registered as {LOSSES[info.name]}")
+    if info.default_agg_mode not in AGG_MODES:
+        raise ValueError(f"loss {info.name!r}: default_agg_mode {info.default_agg_mode!r} not in {AGG_MODES}")
+    LOSSES[info.name] = info
+    return info
+
+
+def unregister_loss(name: str) -> None:
+    """Remove a loss (tests and extensions that register temporarily)."""
+    LOSSES.pop(name, None)
+
+
+def loss_names() -> tuple[str, ...]:
+    """Registered loss names, in SPEC's table order."""
+    return tuple(LOSSES)
+
+
+def loss_info(name: str) -> LossInfo:
+    try:
+        return LOSSES[name]
+    except KeyError:
+        raise ValueError(f"unknown loss {name!r}; registered: {', '.join(LOSSES)}") from None
+
+
+def needs_groups(name: str) -> bool:
+    """Whether the loss's value needs whole groups (SPEC "DFPO, exactly" 5)."""
+    return loss_info(name).needs_groups
+
+
+for _info in (
+    LossInfo("grpo", "losses.pg:grpo", "losses.pg:token_row_weights", "token-mean", source="[H eq. 2]"),
+    LossInfo("dapo", "losses.pg:dapo", "losses.pg:token_row_weights", "token-mean", source="[H §4.3]"),
+    LossInfo("gspo", "losses.pg:gspo", "losses.pg:sequence_row_weights", "seq-mean-token-mean", source="[D eq. 42-44]"),
+    LossInfo(
+        "grpo_symclip", "losses.pg:grpo_symclip", "losses.pg:symclip_row_weights", "token-mean", source="[D eq. 79-80]"
+    ),
+    LossInfo(
+        "dfpo", "losses.dfpo:dfpo", "losses.dfpo:dfpo_row_weights", "seq-mean-token-mean", True, source="[D App. B]"
+    ),
+):
+    register_loss(_info)
