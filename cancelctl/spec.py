@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from losses import catalog
@@ -38,8 +47,16 @@ BatchingName = Literal[catalog.BATCHING_STRATEGIES]
 ProbeName = Literal[catalog.PROBES]
 
 
+# Seeds go to torch (≤ 2^64−1) and numpy generators; one range every backend accepts.
+MAX_SEED = 2**63 - 1
+# Refused before expansion: a sweep this large is a typo (a grid axis too many), not an experiment.
+MAX_RUNS = 20_000
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # strict: `G: "4"` or `steps: true` is a mistake to report, not a value to coerce (ints still
+    # fill float fields); no inf/nan: `lr: .inf` must fail `validate`, not the job
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 
 class LabSpec(Strict):
@@ -196,7 +213,7 @@ class TrackingSpec(Strict):
 class ExperimentSpec(Strict):
     backend: Literal["lab", "verl"] = "lab"
     executor: Literal["local", "slurm", "debug"] = "local"
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     model: ModelSpec = ModelSpec()
     data: DataSpec = DataSpec()
     algorithm: AlgorithmSpec = AlgorithmSpec()
@@ -250,7 +267,7 @@ class SweepSpec(Strict):
     )
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted path -> values (cartesian)")
     zip: dict[str, list[Any]] = Field(default_factory=dict, description="dotted paths -> paired value lists")
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(default_factory=lambda: [0], min_length=1)
     baseline: str | None = None
 
     @field_validator("arms")
@@ -273,17 +290,53 @@ class SweepSpec(Strict):
                 raise ValueError(f"axis {path!r} has no values")
         return axes
 
-    @model_validator(mode="after")
-    def _check(self) -> SweepSpec:
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError("seeds contain duplicates")
-        lengths = {len(v) for v in self.zip.values()}
+    # Cross-field checks are field validators (fields validate in declaration order), so an error
+    # points at the field's line in the file rather than at 1:1.
+    @field_validator("zip")
+    @classmethod
+    def _zip_axes(cls, axes: dict[str, list[Any]], info: ValidationInfo) -> dict[str, list[Any]]:
+        lengths = {len(v) for v in axes.values()}
         if len(lengths) > 1:
             raise ValueError(f"zip lists must have equal lengths, got {sorted(lengths)}")
-        both = set(self.grid) & set(self.zip)
+        both = set(info.data.get("grid") or {}) & set(axes)
         if both:
             raise ValueError(f"paths both in grid and zip: {sorted(both)}")
-        if self.baseline is not None and self.baseline not in self.arms:
-            raise ValueError(f"baseline {self.baseline!r} is not an arm (arms: {', '.join(self.arms)})")
+        return axes
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int], info: ValidationInfo) -> list[int]:
+        if len(set(seeds)) != len(seeds):
+            raise ValueError("seeds contain duplicates")
+        return seeds
+
+    @field_validator("baseline")
+    @classmethod
+    def _baseline_is_an_arm(cls, baseline: str | None, info: ValidationInfo) -> str | None:
+        arms = info.data.get("arms")
+        if baseline is not None and arms is not None and baseline not in arms:
+            raise ValueError(f"baseline {baseline!r} is not an arm (arms: {', '.join(arms)})")
+        return baseline
+
+    @model_validator(mode="after")
+    def _bounded(self) -> SweepSpec:
+        runs = self.n_runs
+        if runs > MAX_RUNS:
+            axes = " x ".join(
+                [f"{len(self.arms)} arms"]
+                + [f"{len(v)} {path}" for path, v in self.grid.items()]
+                + ([f"{len(next(iter(self.zip.values())))} zip points"] if self.zip else [])
+                + [f"{len(self.seeds)} seeds"]
+            )
+            raise ValueError(f"the sweep expands to {runs:,} runs ({axes}); the limit is {MAX_RUNS:,}")
         return self
 
+    @property
+    def n_runs(self) -> int:
+        """Runs this sweep expands to, computed without expanding it."""
+        runs = len(self.arms) * len(self.seeds)
+        for values in self.grid.values():
+            runs *= len(values)
+        if self.zip:
+            runs *= len(next(iter(self.zip.values())))
+        return runs

@@ -128,3 +128,108 @@ def test_complex_mapping_key(write_yaml):
 def test_unknown_yaml_tag(write_yaml):
     [issue] = issues_of(write_yaml("name: !0 t\n"))
     assert issue.location.line == 1 and "YAML" in issue.message
+
+
+# --- issue 12: encodings, limits, coercion, merge keys, cross-field errors with a field path -------
+
+
+def write_bytes(tmp_path, raw: bytes):
+    path = tmp_path / "sweep.yaml"
+    path.write_bytes(raw)
+    return path
+
+
+def test_latin1_file_names_the_byte_and_the_fix(tmp_path):
+    [issue] = issues_of(write_bytes(tmp_path, BASE.replace("arms:", "# caf\xe9\narms:").encode("latin-1")))
+    assert (issue.location.line, issue.location.col) == (7, 6)
+    assert "not a UTF-8 text file (byte 0xe9)" in issue.message and "save it as UTF-8" in issue.message
+
+
+def test_binary_file_is_refused(tmp_path):
+    [issue] = issues_of(write_bytes(tmp_path, b"name: t\n\x00\x01\x02"))
+    assert issue.location.line == 2 and "NUL" in issue.message
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-8-sig"])
+def test_utf16_and_bom_files_load_like_utf8(tmp_path, encoding):
+    sweep = load_sweep(write_bytes(tmp_path, BASE.encode(encoding)))
+    assert sweep.spec.name == "t"
+
+
+def test_huge_file_is_refused_before_parsing(tmp_path):
+    [issue] = issues_of(write_bytes(tmp_path, BASE.encode() + b"#" * (1 << 20)))
+    assert "larger than 1024 KiB" in issue.message
+
+
+def test_alias_bomb_is_bounded(tmp_path):
+    levels = "".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]\n" for i in range(1, 9))
+    [issue] = issues_of(write_bytes(tmp_path, (BASE + "x0: &l0 [1]\n" + levels).encode()))
+    assert "aliases expanding without bound" in issue.message
+
+
+def test_huge_grid_is_refused_before_expansion(write_yaml):
+    grid = "grid:\n" + "".join(f"  algorithm.lr{i}: [{', '.join(['1.0e-3'] * 10)}]\n" for i in range(6))
+    [issue] = issues_of(write_yaml(BASE + grid.replace("algorithm.lr", "x")))
+    assert "expands to 1,000,000 runs" in issue.message and "limit is 20,000" in issue.message
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "path", "expected"),
+    [
+        ("G: 4", 'G: "4"', "base.rollout.G", "valid integer"),
+        ("loss: grpo", "loss: grpo\n  budget: {steps: true}", "base.budget.steps", "valid integer"),
+        ("{lr: 1.0e-3}", "{lr: .inf}", "arms.a.algorithm.lr", "finite number"),
+        ("a:\n", "a:\n    seed: 18446744073709551616\n", "arms.a.seed", "less than or equal"),
+    ],
+)
+def test_no_coercion_and_no_out_of_range_numbers(write_yaml, old, new, path, expected):
+    [issue] = issues_of(write_yaml(BASE.replace(old, new)))
+    assert issue.path == path and expected in issue.message, issue
+
+
+def test_seed_beyond_63_bits_in_the_seed_list(write_yaml):
+    [issue] = issues_of(write_yaml(BASE + "seeds: [0, 9223372036854775808]\n"))
+    assert issue.path == "seeds[1]" and issue.location.line == 10
+
+
+def test_a_key_may_override_one_merged_with_merge_key(write_yaml):
+    text = BASE.replace("arms:\n", "arms:\n  b:\n    <<: &shared {algorithm: {lr: 1.0e-3}}\n    rollout: {G: 4}\n")
+    text = text.replace("  a:\n    algorithm: {lr: 1.0e-3}\n", "  a:\n    <<: *shared\n    algorithm: {lr: 2.0e-3}\n")
+    sweep = load_sweep(write_yaml(text))
+    lrs = {run.arm: run.spec.algorithm.lr for run in sweep.runs}
+    assert lrs == {"a": 2.0e-3, "b": 1.0e-3}
+
+
+@pytest.mark.parametrize(
+    ("tail", "path", "line", "message"),
+    [
+        ("baseline: nope\n", "baseline", 10, "baseline 'nope' is not an arm"),
+        ("zip:\n  rollout.G: [2, 4]\n  budget.steps: [5]\n", "zip", 10, "equal lengths"),
+        ("seeds: [1, 1]\n", "seeds", 10, "duplicates"),
+    ],
+)
+def test_cross_field_errors_point_at_their_field(write_yaml, tail, path, line, message):
+    [issue] = issues_of(write_yaml(BASE + tail))
+    assert issue.path == path and issue.location.line == line and message in issue.message
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    raw=st.one_of(
+        st.binary(max_size=400),
+        st.text(max_size=200).map(lambda t: t.encode("utf-16")),
+        st.text(alphabet=st.characters(max_codepoint=255), max_size=200).map(lambda t: t.encode("latin-1")),
+        st.builds(
+            lambda prefix, text: (prefix + text).encode("utf-8"),
+            st.sampled_from(["", "name: t\n", "name: t\nbase: ", "a: &a ", "<<: ", "? ", "!!python/object "]),
+            st.text(alphabet=string.printable + "&*!|>%@`{}[]", max_size=200),
+        ),
+    )
+)
+def test_fuzz_random_bytes_and_encodings_never_traceback(tmp_path, raw):
+    path = tmp_path / "fuzz.yaml"
+    path.write_bytes(raw)
+    try:
+        load_sweep(path)
+    except SpecError as exc:
+        assert exc.issues and all(issue.message for issue in exc.issues)
