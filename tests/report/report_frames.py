@@ -3,8 +3,12 @@ planted effects: shared by the report tests and the golden files."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+
+from cancelctl.report import build_report
 
 ARMS = {"gspo": 30.0, "dfpo": 20.0, "grpo": 40.0}  # arm -> time constant of the reward curve (steps)
 FINAL_ACC = {"gspo": 0.60, "dfpo": 0.66, "grpo": 0.58}  # planted eval accuracies
@@ -53,3 +57,12 @@ def synthetic_sweep(
                     acc = FINAL_ACC[arm] * s / steps + seed_effect + rng.normal(0, 0.003)
                     rows.append((run_id, s, "val-core/aime25/acc/mean_at_4", acc))
     return pd.DataFrame(runs), pd.DataFrame(rows, columns=["run_id", "step", "key", "value"])
+
+
+def report_for(tmp_path: Path, runs=None, metrics=None, **kwargs):
+    """build_report on `synthetic_sweep()` (or the frames given) with the tests' defaults."""
+    if runs is None:
+        runs, metrics = synthetic_sweep()
+    options = dict(sweep="synthetic", baseline="gspo", out_dir=tmp_path / "synthetic", n_boot=2_000)
+    options.update(kwargs)
+    return build_report(runs, metrics, **options)
