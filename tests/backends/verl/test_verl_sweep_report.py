@@ -15,7 +15,7 @@ from verl_helpers import EXPERIMENTS
 from cancelctl.backends.verl import entry, render
 from cancelctl.launch import launch_sweep
 from cancelctl.plan import load_sweep
-from cancelctl.reporting import report_sweep
+from cancelctl.report import report_sweep
 
 STAND_IN = textwrap.dedent(
     """

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import base64
 from html import escape
-from typing import TYPE_CHECKING
-
 import pandas as pd
 
-if TYPE_CHECKING:
-    from cancelctl.report import Report
+from cancelctl.report.formatting import header_lines
+from cancelctl.report.model import NOT_MATCHED, Report
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;
@@ -48,8 +46,6 @@ def embedded_png(path) -> str:
 
 
 def render_html(report: Report) -> str:
-    from cancelctl.report import NOT_MATCHED, header_lines
-
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

@@ -1,0 +1,100 @@
+"""`build_report`: the collected frames in, the report folder out (model → tables → plots → files).
+
+Writes `report.md`, a self-contained `report.html`, every table as CSV and JSON (`tables/`) and the
+plots (`plots/`) into `out_dir`; prints the tables to a rich console when one is given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from cancelctl import analysis
+from cancelctl.analysis import COMPUTE_KEYS
+from cancelctl.errors import SpecError
+from cancelctl.report.model import CANNOT, REWARD_KEY, ComputeAxis, Report, UnmatchedArmsError, prepare_sweep
+from cancelctl.report.plots import attach_plots, draw_plots
+from cancelctl.report.render_data import write_table_files
+from cancelctl.report.render_html import render_html
+from cancelctl.report.render_markdown import render_markdown
+from cancelctl.report.render_terminal import print_report
+from cancelctl.report.tables import build_tables
+from cancelctl.report.thresholds import default_kappa
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def build_report(
+    runs: pd.DataFrame,
+    metrics: pd.DataFrame,
+    *,
+    sweep: str,
+    baseline: str,
+    threshold: float | None = None,
+    compute: ComputeAxis = "tokens",
+    metric: str = REWARD_KEY,
+    out_dir: Path,
+    allow_unmatched: bool = False,
+    console: Console | None = None,
+    smooth_window: int = 1,
+    token_tol: float = 0.10,
+    include_unfinished: bool = False,
+    n_boot: int = 10_000,
+    seed: int = 0,
+    plots: bool = True,
+) -> Report:
+    """Build the sweep report and write it to `out_dir` (the report folder itself, e.g.
+    results/<sweep>; see `default_report_dir`).
+
+    Raises UnmatchedArmsError (exit 2) when arms of a group differ in logged compute, unless
+    `allow_unmatched`; then every table says which groups are not matched. Raises SpecError on bad
+    arguments (unknown baseline, compute axis). `threshold` is κ for Compute@Reward and steps to
+    threshold; None picks `default_kappa` and the report states it. Only FINISHED runs are used
+    unless `include_unfinished`. `console`: a rich Console to print the tables on, or None.
+    """
+    if compute not in COMPUTE_KEYS:
+        raise SpecError(f"--compute must be one of {', '.join(COMPUTE_KEYS)}, got {compute!r}", title=CANNOT)
+    if smooth_window < 1:
+        raise SpecError(f"smooth_window must be >= 1, got {smooth_window}", title=CANNOT)
+    prepared, notes = prepare_sweep(runs, metrics, baseline, include_unfinished, n_boot, seed)
+    violations = analysis.check_compute_matched(prepared.runs.reset_index(drop=True), prepared.by_key, tol=token_tol)
+    if violations and not allow_unmatched:
+        raise UnmatchedArmsError(violations)
+
+    if threshold is None:
+        kappa, kappa_note = default_kappa(prepared, metric)
+    else:
+        kappa, kappa_note = float(threshold), f"κ = {threshold:.4g} (given)"
+    tables = build_tables(
+        prepared, violations, metric=metric, compute=compute, kappa=kappa, smooth_window=smooth_window,
+        token_tol=token_tol,
+    )
+    report = Report(
+        sweep=sweep, out_dir=Path(out_dir), baseline=baseline, metric=metric, compute=compute,
+        kappa=kappa, kappa_note=kappa_note, violations=violations, tables=tables, notes=notes,
+    )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if plots:
+        report.plots = draw_plots(prepared, report, out / "plots")
+        attach_plots(report)
+    write_report(report)
+    if console is not None:
+        print_report(report, console)
+    return report
+
+
+def default_report_dir(sweep: str, root: Path = Path("results")) -> Path:
+    return Path(root) / sweep
+
+
+def write_report(report: Report) -> None:
+    """tables/<name>.csv and .json, report.md, report.html in report.out_dir."""
+    files = write_table_files(report, report.out_dir / "tables")
+    md_path, html_path = report.out_dir / "report.md", report.out_dir / "report.html"
+    md_path.write_text(render_markdown(report))
+    html_path.write_text(render_html(report))
+    report.files = files + [md_path, html_path] + list(report.plots.values())

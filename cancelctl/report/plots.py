@@ -1,0 +1,160 @@
+"""The report's plots: reward vs compute with bootstrap bands, Compute@Reward bars, mechanisms vs step.
+
+matplotlib's object API (Figure, no pyplot): Agg canvas, no global backend state, thread-safe.
+Bands come from `cancelctl.analysis.band_on_grid`; the bars read the Compute@Reward tables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cancelctl import analysis
+from cancelctl.analysis import COMPUTE_KEYS, COMPUTE_LABELS
+from cancelctl.report.formatting import fmt_ratio
+from cancelctl.report.model import ENTROPY_KEY, PreparedSweep, Report
+
+# plot -> the table it is shown with (a table that is absent: shown with compute_match)
+PLOT_TABLE = {
+    "reward_vs_compute": "compute_at_reward",
+    "compute_at_reward": "compute_at_reward",
+    "mechanisms_vs_step": "mechanisms",
+}
+
+
+def _arm_colors(sweep: PreparedSweep) -> dict[str, str]:
+    return {arm: f"C{i % 10}" for i, arm in enumerate(sweep.arms)}
+
+
+def _grid_of_axes(n_panels: int, n_cols: int, width: float, height: float):
+    from matplotlib.figure import Figure
+
+    n_rows = max(1, -(-n_panels // n_cols))
+    fig = Figure(figsize=(width * n_cols, height * n_rows), layout="constrained")
+    return fig, fig.subplots(n_rows, n_cols, squeeze=False)
+
+
+def _band(ax, sweep: PreparedSweep, points: pd.DataFrame, arm: str, color: str, n_grid: int) -> bool:
+    """Mean across the arm's seeds with the bootstrap band; points: run_id, x, value (one group)."""
+    curves = [(p["x"].to_numpy(float), p["value"].to_numpy(float)) for _, p in points.groupby("run_id", sort=False)]
+    if not curves:
+        return False
+    try:
+        grid, mean, lo, hi = analysis.band_on_grid(curves, n_grid=n_grid, n_boot=1_000, seed=sweep.seed)
+    except ValueError:
+        return False
+    ax.plot(grid, mean, color=color, lw=1.6, label=f"{arm} (n={len(curves)})")
+    ax.fill_between(grid, lo, hi, color=color, alpha=0.18, lw=0)
+    return True
+
+
+def plot_reward_vs_compute(sweep: PreparedSweep, report: Report, path: Path) -> Path | None:
+    """Training reward vs cumulative compute, mean and 95% bootstrap band across seeds, per group."""
+    compute_key = COMPUTE_KEYS[report.compute]
+    if not (sweep.has(report.metric) and sweep.has(compute_key)):
+        return None
+    points = analysis.on_compute_axis(sweep.by_key[report.metric], sweep.by_key[compute_key])
+    points = points.rename(columns={"compute": "x"}).join(sweep.runs[["group", "arm"]], on="run_id")
+    colors = _arm_colors(sweep)
+    fig, axes = _grid_of_axes(len(sweep.groups), min(3, len(sweep.groups)), 5.4, 3.6)
+    for ax, group in zip(axes.flat, sweep.groups):
+        in_group = points[points["group"] == group]
+        for arm in sweep.arms:
+            _band(ax, sweep, in_group[in_group["arm"] == arm], arm, colors[arm], 120)
+        if report.kappa is not None:
+            ax.axhline(report.kappa, color="0.4", ls="--", lw=1, label=f"κ = {report.kappa:.3g}")
+        ax.set(title=group or report.sweep, xlabel=COMPUTE_LABELS[report.compute], ylabel=report.metric)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    for ax in list(axes.flat)[len(sweep.groups):]:
+        ax.set_visible(False)
+    fig.suptitle("Training reward vs compute (mean, 95% bootstrap band over seeds)", fontsize=10)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+MECHANISM_CURVES = ("mismatch/rho_std", ENTROPY_KEY, "dfpo/asym")
+
+
+def plot_mechanisms_vs_step(sweep: PreparedSweep, report: Report, path: Path) -> Path | None:
+    """Mismatch, entropy and asym vs step: one row per group, one column per logged key."""
+    keys = [k for k in MECHANISM_CURVES if sweep.has(k)]
+    if not keys:
+        return None
+    colors = _arm_colors(sweep)
+    fig, axes = _grid_of_axes(len(sweep.groups) * len(keys), len(keys), 4.6, 3.0)
+    meta = sweep.runs[["group", "arm"]]
+    points = {key: sweep.by_key[key].join(meta, on="run_id").assign(x=lambda f: f["step"]) for key in keys}
+    for row, group in enumerate(sweep.groups):
+        for col, key in enumerate(keys):
+            ax = axes[row, col]
+            in_group = points[key][points[key]["group"] == group]
+            n_steps = max(3, min(200, in_group["step"].nunique()))
+            for arm in sweep.arms:
+                _band(ax, sweep, in_group[in_group["arm"] == arm], arm, colors[arm], n_steps)
+            ax.set(title=f"{key}" + (f" — {group}" if group else ""), xlabel="step")
+            ax.title.set_fontsize(9)
+            ax.grid(alpha=0.3)
+            if row == 0 and col == 0:
+                ax.legend(fontsize=7)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def plot_compute_at_reward(sweep: PreparedSweep, report: Report, path: Path) -> Path | None:
+    """Bars: arm mean Compute@Reward (only when every seed reached κ), dots: each run, text: ×baseline."""
+    tables = {t.name: t for t in report.tables}
+    arm_table, run_table = tables.get("compute_at_reward"), tables.get("compute_at_reward_runs")
+    if arm_table is None or run_table is None or arm_table.data.empty:
+        return None
+    colors = _arm_colors(sweep)
+    fig, axes = _grid_of_axes(len(sweep.groups), min(3, len(sweep.groups)), 5.0, 3.4)
+    for ax, group in zip(axes.flat, sweep.groups):
+        arms = arm_table.data[arm_table.data["group"] == group].reset_index(drop=True)
+        runs = run_table.data[run_table.data["group"] == group]
+        top = np.nanmax(runs["compute_at_reward"].to_numpy(float), initial=0.0) or 1.0
+        for i, row in arms.iterrows():
+            reached = runs[(runs["arm"] == row["arm"]) & runs["reached"]]["compute_at_reward"]
+            if np.isfinite(row["mean"]):
+                ax.bar(i, row["mean"], color=colors[row["arm"]], alpha=0.75)
+                label = fmt_ratio(row["normalised"]) if np.isfinite(row["normalised"]) else "n/a"
+                ax.text(i, max(row["mean"], reached.max()) + 0.03 * top, label, ha="center", fontsize=8)
+            else:
+                label = f"not reached\n({row['n_reached']}/{row['n_seeds']} seeds)"
+                ax.text(i, 0.05 * top, label, ha="center", fontsize=7, color="0.3")
+            ax.scatter(np.full(len(reached), i), reached, color="k", s=10, zorder=3)
+        ax.set_xticks(range(len(arms)), arms["arm"], rotation=20, fontsize=8)
+        ax.set(title=group or report.sweep, ylabel=f"{COMPUTE_LABELS[report.compute]} to κ", ylim=(0, 1.15 * top))
+        ax.grid(alpha=0.3, axis="y")
+    for ax in list(axes.flat)[len(sweep.groups):]:
+        ax.set_visible(False)
+    title = f"Compute@Reward={report.kappa:.3g} (bars: arm mean, dots: runs, text: × {report.baseline})"
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def draw_plots(sweep: PreparedSweep, report: Report, plots_dir: Path) -> dict[str, Path]:
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    drawn = {}
+    for name, draw in (
+        ("reward_vs_compute", plot_reward_vs_compute),
+        ("compute_at_reward", plot_compute_at_reward),
+        ("mechanisms_vs_step", plot_mechanisms_vs_step),
+    ):
+        path = draw(sweep, report, plots_dir / f"{name}.png")
+        if path is not None:
+            drawn[name] = path
+    return drawn
+
+
+
+def attach_plots(report: Report) -> None:
+    """List each drawn plot with the table it illustrates (`ReportTable.plots`)."""
+    names = {t.name for t in report.tables}
+    for plot in report.plots:
+        target = PLOT_TABLE.get(plot)
+        table = report.table(target if target in names else "compute_match")
+        table.plots.append(plot)

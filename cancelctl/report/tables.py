@@ -1,0 +1,316 @@
+"""The report's tables other than the threshold ones (those: `thresholds.py`): logged compute
+matching [D §5], final scores [D Table 1], Jitter2 [D eq. 20, 21], Δ per group size [D Table 4]
+and the mechanism summary [D §6.1], and `build_tables`, which makes every table in report order.
+
+Each number is computed by the function of `cancelctl.analysis` named after it (bootstrap_ci,
+paired_bootstrap_test, jitter2, slope, ratio_to_baseline); this module selects, groups and formats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from cancelctl import analysis
+from cancelctl.analysis import ComputeViolation
+from cancelctl.report.formatting import fmt_delta, fmt_interval, fmt_number, fmt_p, fmt_ratio
+from cancelctl.report.model import (
+    ENERGY_KEY,
+    ENTROPY_KEY,
+    EVAL_KEY,
+    G_AXIS,
+    NOT_MATCHED,
+    PreparedSweep,
+    ReportTable,
+)
+from cancelctl.report.thresholds import compute_at_reward_tables, steps_to_threshold_tables
+
+SUMMARY_COLUMNS = ["n_seeds", "mean", "ci_lo", "ci_hi", "delta_vs_baseline", "p_value", "n_paired"]
+
+
+def build_tables(
+    sweep: PreparedSweep,
+    violations: list[ComputeViolation],
+    *,
+    metric: str,
+    compute: str,
+    kappa: float | None,
+    smooth_window: int,
+    token_tol: float,
+) -> list[ReportTable]:
+    """Every table of the report, in report order, each marked where groups are not compute-matched."""
+    final_scores = final_score_table(sweep)
+    tables = [compute_match_table(sweep, violations, token_tol), final_scores]
+    tables += compute_at_reward_tables(sweep, metric, compute, kappa, smooth_window)
+    tables += steps_to_threshold_tables(sweep, metric, kappa, smooth_window)
+    tables += [
+        jitter2_table(sweep, [metric, ENTROPY_KEY]),
+        delta_per_g_table(sweep, final_scores),
+        mechanism_table(sweep),
+    ]
+    mark_unmatched(tables, violations)
+    return tables
+
+
+def arm_summary(sweep: PreparedSweep, values: pd.DataFrame, compare: bool = True) -> pd.DataFrame:
+    """Per (group, arm): n seeds, mean with bootstrap CI over seeds and, vs the baseline of the same
+    group, the paired difference and its p-value over shared seeds. `values`: group, arm, seed,
+    value; repeated runs of one seed are averaged first."""
+    per_seed = values.groupby(["group", "arm", "seed"])["value"].mean()
+    rows = []
+    for group in sweep.groups:
+        if group not in per_seed.index.get_level_values(0):
+            continue
+        in_group = per_seed.loc[group]
+        base = in_group.loc[sweep.baseline] if sweep.baseline in in_group.index.get_level_values(0) else None
+        for arm in sweep.arms:
+            if arm not in in_group.index.get_level_values(0):
+                continue
+            seeds = in_group.loc[arm]
+            interval = analysis.bootstrap_ci(seeds.to_numpy(), n_boot=sweep.n_boot, seed=sweep.seed)
+            row = {"group": group, "arm": arm, "n_seeds": interval.n}
+            row.update(mean=interval.mean, ci_lo=interval.lo, ci_hi=interval.hi)
+            if compare:
+                row.update(delta_vs_baseline=np.nan, p_value=np.nan, n_paired=0)
+                if base is not None and arm != sweep.baseline:
+                    shared = seeds.index.intersection(base.index)
+                    if len(shared):
+                        x, x_base = seeds.loc[shared].to_numpy(), base.loc[shared].to_numpy()
+                        test = analysis.paired_bootstrap_test(x, x_base, n_boot=sweep.n_boot, seed=sweep.seed)
+                        row.update(delta_vs_baseline=test.delta, p_value=test.p, n_paired=test.n)
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+
+
+def _p_texts(sweep: PreparedSweep, data: pd.DataFrame) -> list[str]:
+    return [
+        "—" if arm == sweep.baseline else fmt_p(p, n)
+        for arm, p, n in zip(data["arm"], data["p_value"], data["n_paired"])
+    ]
+
+
+
+def compute_match_table(sweep: PreparedSweep, violations: list[ComputeViolation], tol: float) -> ReportTable:
+    """Logged compute per arm and group: the evidence for (or against) the compute-matched protocol."""
+    totals = analysis.compute_totals(sweep.runs.reset_index(drop=True), sweep.by_key)
+    bad_groups = {v.group for v in violations}
+    rows, shown = [], []
+    for group in sweep.groups:
+        for arm in sweep.arms:
+            part = totals[(totals["group"] == group) & (totals["arm"] == arm)]
+            if part.empty:
+                continue
+            tokens, updates, g = part["gen_tokens_total"], part["update_steps"], part["G"]
+            rows.append({
+                "group": group, "arm": arm, "n_runs": len(part),
+                "gen_tokens_mean": tokens.mean(), "gen_tokens_min": tokens.min(), "gen_tokens_max": tokens.max(),
+                "update_steps_min": updates.min(), "update_steps_max": updates.max(),
+                "G_min": g.min(), "G_max": g.max(), "compute_matched": group not in bad_groups,
+            })
+            shown.append({
+                "group": group, "arm": arm, "runs": str(len(part)),
+                "generated tokens (mean)": "not logged" if tokens.isna().all() else fmt_number(tokens.mean()),
+                "update steps": "not logged" if updates.isna().all() else _range_text(updates),
+                "G": _range_text(g.astype(float)),
+                "matched": "yes" if group not in bad_groups else NOT_MATCHED,
+            })
+    notes = [
+        f"Compute-matched protocol [D §5]: within a group, arms must match on update steps and G exactly and on "
+        f"total generated tokens within {tol:.0%} (arm means over seeds)."
+    ]
+    for key in ("compute/gen_tokens_cum", "compute/update_steps_cum"):
+        if not sweep.has(key) and not (key == "compute/gen_tokens_cum" and sweep.has("compute/gen_tokens")):
+            notes.append(f"not logged: {key} — that part of the check was skipped")
+    notes += [f"{NOT_MATCHED}: {v}" for v in violations]
+    display = sweep.readable(pd.DataFrame(shown))
+    return ReportTable("compute_match", "Compute matching (logged)", pd.DataFrame(rows), display, notes)
+
+
+def _range_text(values: pd.Series) -> str:
+    values = values.dropna()
+    if values.empty:
+        return "—"
+    lo, hi = values.min(), values.max()
+    return f"{lo:,.0f}" if lo == hi else f"{lo:,.0f}–{hi:,.0f}"
+
+
+def eval_benchmarks(by_key: dict[str, pd.DataFrame]) -> list[tuple[str, str]]:
+    """(metric key, label) of every logged eval benchmark, label "<benchmark> avg@k"."""
+    found = []
+    for key in sorted(by_key):
+        match = EVAL_KEY.match(key)
+        if match:
+            found.append((int(match["k"]), match["benchmark"], key))
+    return [(key, f"{bench} avg@{k}") for k, bench, key in sorted(found, key=lambda t: (t[1], t[0]))]
+
+
+def final_score_table(sweep: PreparedSweep) -> ReportTable:
+    """[D Table 1]: final eval per arm × benchmark, mean [95% CI] over seeds, Δ and paired p."""
+    title = "Final scores (last evaluation)"
+    benchmarks = eval_benchmarks(sweep.by_key)
+    if not benchmarks:
+        return ReportTable.not_logged("final_scores", title, "val-core/<benchmark>/acc/mean_at_<k>")
+    parts = []
+    for key, label in benchmarks:
+        summary = arm_summary(sweep, sweep.with_meta(analysis.last_values(sweep.by_key[key])))
+        if not summary.empty:
+            parts.append(summary.assign(benchmark=label, key=key))
+    if not parts:
+        return ReportTable.not_logged("final_scores", title, *(key for key, _ in benchmarks))
+    data = pd.concat(parts, ignore_index=True)
+    data = data[["group", "benchmark", "key", "arm", *SUMMARY_COLUMNS]]
+    display = pd.DataFrame({
+        "group": data["group"],
+        "benchmark": data["benchmark"],
+        "arm": data["arm"],
+        "n": data["n_seeds"].astype(str),
+        "mean [95% CI]": [fmt_interval(r.mean, r.ci_lo, r.ci_hi, r.n_seeds) for r in data.itertuples()],
+        f"Δ vs {sweep.baseline}": [fmt_delta(d) for d in data["delta_vs_baseline"]],
+        "p (paired)": _p_texts(sweep, data),
+    })
+    notes = [
+        "95% CI: expanded-percentile bootstrap over seeds; "
+        "p: two-sided paired bootstrap-t over seeds shared with the baseline."
+    ]
+    return ReportTable("final_scores", title, data, sweep.readable(display), notes)
+
+
+
+def jitter2_table(sweep: PreparedSweep, keys: list[str]) -> ReportTable:
+    """[D eq. 20, 21]: Jitter2 of each run's curve (per step), mean [CI] per arm, ratio to baseline."""
+    title = "Jitter2 (second-difference jitter, lower = smoother)"
+    logged = [k for k in keys if sweep.has(k)]
+    if not logged:
+        return ReportTable.not_logged("jitter2", title, *keys)
+    parts = []
+    for key in logged:
+        per_run = sweep.per_run(key, lambda part: analysis.jitter2(part["value"].to_numpy()))
+        summary = arm_summary(sweep, sweep.with_meta(per_run), compare=True)
+        if not summary.empty:
+            parts.append(summary.assign(metric=key))
+    if not parts:
+        return ReportTable.not_logged("jitter2", title, *(f"{k} (≥ 3 steps)" for k in keys))
+    data = pd.concat(parts, ignore_index=True)
+    base = data[data["arm"] == sweep.baseline].set_index(["metric", "group"])["mean"]
+    data["ratio_vs_baseline"] = [
+        analysis.ratio_to_baseline(m, base.get((k, g))) for k, g, m in zip(data["metric"], data["group"], data["mean"])
+    ]
+    data = data[["group", "metric", "arm", "ratio_vs_baseline", *SUMMARY_COLUMNS]]
+    display = pd.DataFrame({
+        "group": data["group"], "metric": data["metric"], "arm": data["arm"], "n": data["n_seeds"].astype(str),
+        "Jitter2 [95% CI]": [fmt_interval(r.mean, r.ci_lo, r.ci_hi, r.n_seeds) for r in data.itertuples()],
+        f"vs {sweep.baseline}": [fmt_ratio(r) if np.isfinite(r) else "—" for r in data["ratio_vs_baseline"]],
+        "p (paired)": _p_texts(sweep, data),
+    })
+    notes = [f"not logged: {k}" for k in keys if k not in logged]
+    return ReportTable("jitter2", title, data, sweep.readable(display), notes)
+
+
+def delta_per_g_table(sweep: PreparedSweep, final_scores: ReportTable) -> ReportTable:
+    """[D Table 4]: Δ(arm − baseline) of the final score per group size G, when G is a sweep axis."""
+    title = f"Δ vs {sweep.baseline} per group size G"
+    g_values = sweep.runs[G_AXIS].dropna().unique() if G_AXIS in sweep.runs.columns else []
+    if len(g_values) < 2:
+        note = "G is not a sweep axis (rollout.G): no table"
+        return ReportTable("delta_per_G", title, pd.DataFrame(), pd.DataFrame(), [note])
+    if final_scores.data.empty:
+        return ReportTable.not_logged("delta_per_G", title, "val-core/<benchmark>/acc/mean_at_<k>")
+    other_axes = [c for c in sweep.runs.columns if c.startswith("axis.") and c != G_AXIS]
+    per_group = sweep.runs.groupby("group").first()
+    rows = final_scores.data[final_scores.data["arm"] != sweep.baseline].copy()
+    rows["G"] = [int(per_group.at[g, G_AXIS]) for g in rows["group"]]
+    rows["other_axes"] = [",".join(f"{c[5:]}={per_group.at[g, c]}" for c in other_axes) for g in rows["group"]]
+    data = rows[["other_axes", "benchmark", "arm", "G", "delta_vs_baseline", "p_value", "n_paired"]].sort_values(
+        ["other_axes", "benchmark", "arm", "G"], kind="stable"
+    )
+    cell = {(o, b, a, g): f"{fmt_delta(d)} (p {fmt_p(p, n)})" for o, b, a, g, d, p, n in data.itertuples(index=False)}
+    g_sorted = sorted(data["G"].unique())
+    display_rows = []
+    for (o, b, a), _ in data.groupby(["other_axes", "benchmark", "arm"], sort=False):
+        row = {"other axes": o, "benchmark": b, "arm": a}
+        row.update({f"G={g}": cell.get((o, b, a, g), "—") for g in g_sorted})
+        display_rows.append(row)
+    display = pd.DataFrame(display_rows)
+    if not other_axes:
+        display = display.drop(columns="other axes")
+    notes = ["Δ = arm − baseline, mean over shared seeds."]
+    return ReportTable("delta_per_G", title, data.reset_index(drop=True), display, notes)
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    label: str
+    key: str
+    reduce: Callable[[pd.DataFrame], float]
+    source: str
+
+
+def _mean_over_steps(part: pd.DataFrame) -> float:
+    return float(part["value"].mean())
+
+
+def _slope_per_step(part: pd.DataFrame) -> float:
+    return analysis.slope(part["step"].to_numpy(float), part["value"].to_numpy())
+
+
+def mechanisms(by_key: dict[str, pd.DataFrame]) -> list[Mechanism]:
+    """What the mechanism summary reports; the highest-frequency energy bucket is found from the keys."""
+    buckets = sorted(int(m["bucket"]) for m in map(ENERGY_KEY.match, by_key) if m)
+    energy_key = f"cancel/energy_b{buckets[-1]}" if buckets else "cancel/energy_b{K-1}"
+    return [
+        Mechanism("asym (mean)", "dfpo/asym", _mean_over_steps, "[D eq. 23]"),
+        Mechanism("ρ std growth (slope/step)", "mismatch/rho_std", _slope_per_step, "[H §2]"),
+        Mechanism("J (mean)", "hacking/J", _mean_over_steps, "[H eq. 23]"),
+        Mechanism("high-freq energy share (mean)", energy_key, _mean_over_steps, "[D eq. 24], last bucket"),
+        Mechanism("flip rate Â>0 (mean)", "cancel/flip_pos", _mean_over_steps, "[C App. C]"),
+        Mechanism("flip rate Â<0 (mean)", "cancel/flip_neg", _mean_over_steps, "[C App. C]"),
+    ]
+
+
+def mechanism_table(sweep: PreparedSweep) -> ReportTable:
+    """[D §6.1]: per arm the mechanism metrics, each a per-run reduction then mean [CI] over seeds."""
+    title = "Mechanism summary"
+    parts, logged, missing = [], [], []
+    for mech in mechanisms(sweep.by_key):
+        if not sweep.has(mech.key):
+            missing.append(mech.key)
+            continue
+        summary = arm_summary(sweep, sweep.with_meta(sweep.per_run(mech.key, mech.reduce)), compare=False)
+        if summary.empty:
+            missing.append(mech.key)
+            continue
+        logged.append(mech)
+        parts.append(summary.assign(quantity=mech.label, key=mech.key))
+    if not parts:
+        return ReportTable.not_logged("mechanisms", title, *missing)
+    data = pd.concat(parts, ignore_index=True)[["group", "arm", "quantity", "key", "n_seeds", "mean", "ci_lo", "ci_hi"]]
+    cells = {(r.group, r.arm, r.quantity): fmt_interval(r.mean, r.ci_lo, r.ci_hi, r.n_seeds) for r in data.itertuples()}
+    display_rows = []
+    for group in sweep.groups:
+        for arm in sweep.arms:
+            if not ((data["group"] == group) & (data["arm"] == arm)).any():
+                continue
+            row = {"group": group, "arm": arm}
+            row.update({m.label: cells.get((group, arm, m.label), "—") for m in logged})
+            display_rows.append(row)
+    notes = [", ".join(f"{m.label} = {m.key} {m.source}" for m in logged) + "; mean [95% CI] over seeds."]
+    notes += [f"not logged: {key}" for key in missing]
+    return ReportTable("mechanisms", title, data, sweep.readable(pd.DataFrame(display_rows)), notes)
+
+
+def mark_unmatched(tables: list[ReportTable], violations: list[ComputeViolation]) -> None:
+    """Every table says which groups are not compute-matched (and so does every CSV/JSON row)."""
+    bad = sorted({v.group for v in violations})
+    for table in tables:
+        if "group" in table.data.columns:
+            table.data["compute_matched"] = ~table.data["group"].isin(bad)
+        if bad and table.name != "compute_match":
+            where = ", ".join(repr(g) for g in bad) if bad != [""] else "the sweep"
+            table.notes.insert(0, f"⚠ {NOT_MATCHED}: {where} (reported with --allow-unmatched; see Compute matching)")
+
+

@@ -1,0 +1,68 @@
+"""Synthetic sweeps as `cancelctl.tracking.collect` returns them (runs frame + tidy metrics), with
+planted effects: shared by the report tests and the golden files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cancelctl.report import build_report
+
+ARMS = {"gspo": 30.0, "dfpo": 20.0, "grpo": 40.0}  # arm -> time constant of the reward curve (steps)
+FINAL_ACC = {"gspo": 0.60, "dfpo": 0.66, "grpo": 0.58}  # planted eval accuracies
+GS = (4, 8)
+SEEDS = (0, 1, 2)
+STEPS = 100
+
+
+def synthetic_sweep(
+    token_scale: dict[tuple[str, int], float] | None = None, steps: int = STEPS, seeds: tuple[int, ...] = SEEDS
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """3 arms × 2 G × seeds; token_scale[(arm, G)] skews generated tokens (breaks compute matching)."""
+    rng = np.random.default_rng(0)
+    runs, rows = [], []
+    step_axis = np.arange(1, steps + 1)
+    for g in GS:
+        for arm, tau in ARMS.items():
+            for seed in seeds:
+                run_id = f"{arm}-G{g}-s{seed}"
+                runs.append({
+                    "run_id": run_id, "name": run_id, "arm": arm, "group": f"rollout.G={g}", "seed": seed,
+                    "G": g, "state": "FINISHED", "axis.rollout.G": g,
+                })
+                seed_rng = np.random.default_rng(seed)  # shared by the arms of a seed: pairing helps
+                seed_effect = seed_rng.normal(0, 0.02)
+                reward = 0.1 + 0.7 * (1 - np.exp(-step_axis / tau)) + rng.normal(0, 0.01, steps)
+                tokens_per_step = 16 * g * 100 * (token_scale or {}).get((arm, g), 1.0)
+                series = {
+                    "critic/score/mean": reward,
+                    "actor/entropy": 2.0 * np.exp(-step_axis / (tau * 2)) + rng.normal(0, 0.02, steps),
+                    "compute/gen_tokens": np.full(steps, tokens_per_step),
+                    "compute/gen_tokens_cum": step_axis * tokens_per_step,
+                    "compute/update_steps_cum": 2.0 * step_axis,
+                    "compute/hours_cum": step_axis * 0.01,
+                    "dfpo/asym": np.full(steps, 0.02 if arm == "dfpo" else 0.1) + rng.normal(0, 0.005, steps),
+                    "mismatch/rho_std": 0.01 + 0.001 * step_axis + rng.normal(0, 0.001, steps),
+                    "hacking/J": rng.normal(0.5, 0.1, steps),
+                    **{f"cancel/energy_b{b}": np.full(steps, 0.25) for b in range(3)},
+                    "cancel/energy_b3": np.full(steps, 0.15 if arm == "dfpo" else 0.3),
+                    "cancel/flip_pos": rng.uniform(0.1, 0.2, steps),
+                    "cancel/flip_neg": rng.uniform(0.1, 0.2, steps),
+                }
+                for key, values in series.items():
+                    rows += [(run_id, int(s), key, float(v)) for s, v in zip(step_axis, values)]
+                for s in range(10, steps + 1, 10):
+                    acc = FINAL_ACC[arm] * s / steps + seed_effect + rng.normal(0, 0.003)
+                    rows.append((run_id, s, "val-core/aime25/acc/mean_at_4", acc))
+    return pd.DataFrame(runs), pd.DataFrame(rows, columns=["run_id", "step", "key", "value"])
+
+
+def report_for(tmp_path: Path, runs=None, metrics=None, **kwargs):
+    """build_report on `synthetic_sweep()` (or the frames given) with the tests' defaults."""
+    if runs is None:
+        runs, metrics = synthetic_sweep()
+    options = dict(sweep="synthetic", baseline="gspo", out_dir=tmp_path / "synthetic", n_boot=2_000)
+    options.update(kwargs)
+    return build_report(runs, metrics, **options)

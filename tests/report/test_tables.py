@@ -1,0 +1,160 @@
+"""The tables' numbers on synthetic sweeps with planted effects, and that each number is the one
+the function of `cancelctl.analysis` named after its equation gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from report_frames import report_for, synthetic_sweep
+
+from cancelctl import analysis
+
+
+def test_compute_at_reward_is_normalised_to_the_baseline(report):
+    data = report.table("compute_at_reward").data.set_index(["group", "arm"])
+    display = report.table("compute_at_reward").display
+    assert (display.loc[display["arm"] == "gspo", "vs gspo"] == "1.00×").all()
+    for group in ("rollout.G=4", "rollout.G=8"):
+        assert data.loc[(group, "gspo"), "normalised"] == pytest.approx(1.0)
+        # dfpo learns fastest (tau 20 vs 30): it needs less compute; grpo (tau 40) more
+        assert data.loc[(group, "dfpo"), "normalised"] < 1.0 < data.loc[(group, "grpo"), "normalised"]
+    per_run = report.table("compute_at_reward_runs").data
+    assert len(per_run) == 18 and per_run["reached"].all()
+    assert (per_run["compute_at_reward"] % (16 * 100 * 4) == 0).all()  # a logged compute, not interpolated
+
+
+def test_default_kappa_is_stated(report):
+    assert report.kappa is not None and 0.1 < report.kappa < 0.8
+    assert "default" in report.kappa_note and f"{report.kappa:.4g}" in report.kappa_note
+    assert report.kappa_note in (report.out_dir / "report.md").read_text()
+
+
+def test_final_scores_find_the_planted_improvement(report):
+    data = report.table("final_scores").data.set_index(["group", "arm"])
+    for group in ("rollout.G=4", "rollout.G=8"):
+        dfpo = data.loc[(group, "dfpo")]
+        assert dfpo["delta_vs_baseline"] == pytest.approx(0.06, abs=0.01)
+        assert dfpo["p_value"] < 0.05 and dfpo["n_paired"] == 3
+        assert dfpo["ci_lo"] < dfpo["mean"] < dfpo["ci_hi"]
+        assert np.isnan(data.loc[(group, "gspo"), "delta_vs_baseline"])
+
+
+def test_delta_per_g_has_one_column_per_G(report):
+    display = report.table("delta_per_G").display
+    assert list(display.columns) == ["benchmark", "arm", "G=4", "G=8"]
+    assert set(display["arm"]) == {"dfpo", "grpo"}
+    assert display.loc[display["arm"] == "dfpo", "G=4"].item().startswith("+0.06")
+
+
+def test_jitter2_and_mechanisms(report):
+    jitter = report.table("jitter2").data
+    assert set(jitter["metric"]) == {"critic/score/mean", "actor/entropy"}
+    mech = report.table("mechanisms").data.set_index(["group", "arm", "key"])
+    energy = mech.xs("cancel/energy_b3", level="key")["mean"]
+    assert energy.loc[("rollout.G=4", "dfpo")] == pytest.approx(0.15)
+    assert energy.loc[("rollout.G=4", "gspo")] == pytest.approx(0.3)
+    growth = mech.xs("mismatch/rho_std", level="key")["mean"]
+    assert growth.to_numpy() == pytest.approx(0.001, abs=2e-4)
+
+
+def test_not_reached_is_text_not_a_number(tmp_path):
+    report = report_for(tmp_path, threshold=0.78, plots=False)
+    table = report.table("compute_at_reward")
+    assert report.kappa_note == "κ = 0.78 (given)"
+    grpo = table.display[table.display["arm"] == "grpo"]
+    # grpo tops out at 0.1 + 0.7·(1−e^{−2.5}) ≈ 0.74 (noise sd 0.01): no seed reaches 0.78
+    assert grpo["mean (generated tokens)"].str.fullmatch(r"not reached \(0/3 seeds reached κ\)").all()
+    assert (grpo["vs gspo"] == "not reached").all()
+    assert table.data.loc[table.data["arm"] == "grpo", "mean"].isna().all()
+
+
+def test_missing_keys_say_not_logged(tmp_path):
+    runs, metrics = synthetic_sweep()
+    keep = ~metrics["key"].str.match(r"(dfpo|mismatch|hacking|cancel)/|val-core/")
+    report = report_for(tmp_path, runs, metrics[keep], plots=False)
+    assert report.table("mechanisms").notes[0].startswith("not logged: dfpo/asym")
+    assert report.table("final_scores").notes == ["not logged: val-core/<benchmark>/acc/mean_at_<k>"]
+    assert (report.out_dir / "tables" / "final_scores.csv").read_text() == ""
+    assert "not logged: dfpo/asym" in (report.out_dir / "report.md").read_text()
+    assert report.table("compute_at_reward").data.shape[0] == 6  # the reward-based tables still work
+
+
+def test_no_grid_single_seed_sweep(tmp_path):
+    runs, metrics = synthetic_sweep()
+    runs = runs[(runs["G"] == 4) & (runs["seed"] == 0)].drop(columns="axis.rollout.G").assign(group="")
+    metrics = metrics[metrics["run_id"].isin(runs["run_id"])]
+    report = report_for(tmp_path, runs, metrics, plots=False)
+    final = report.table("final_scores").display
+    assert "group" not in final.columns
+    assert final["mean [95% CI]"].str.endswith("(1 seed)").all()
+    assert (final.loc[final["arm"] != "gspo", "p (paired)"] == "n/a (1 shared seed)").all()
+    assert report.table("delta_per_G").notes == ["G is not a sweep axis (rollout.G): no table"]
+
+
+# ---------------------------------------------------------------- each number is analysis' equation
+
+
+def _curves(runs, metrics, key: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """run_id -> (steps, values) of one key, in step order."""
+    part = metrics[metrics["key"] == key].sort_values(["run_id", "step"])
+    return {r: (p["step"].to_numpy(float), p["value"].to_numpy(float)) for r, p in part.groupby("run_id")}
+
+
+def test_threshold_tables_equal_analysis_on_a_planted_curve(tmp_path):
+    runs, metrics = synthetic_sweep(steps=40)
+    kappa, window = 0.55, 3
+    built = report_for(tmp_path, runs, metrics, threshold=kappa, smooth_window=window, compute="tokens", plots=False)
+    reward = _curves(runs, metrics, "critic/score/mean")
+    tokens = _curves(runs, metrics, "compute/gen_tokens_cum")
+    per_run = built.table("compute_at_reward_runs").data.set_index("run_id")["compute_at_reward"]
+    steps = built.table("steps_to_threshold_runs").data.set_index("run_id")["steps_to_threshold"]
+    reached = 0
+    for run_id, (step, value) in reward.items():
+        expected = analysis.compute_at_reward(tokens[run_id][1], value, kappa, window)
+        expected_steps = analysis.steps_to_threshold(step, value, kappa, window)
+        if expected is None:
+            assert np.isnan(per_run[run_id]) and np.isnan(steps[run_id])
+        else:
+            reached += 1
+            assert per_run[run_id] == expected and steps[run_id] == expected_steps
+    assert 0 < reached < len(reward)  # the planted curves: dfpo/gspo reach 0.55 within 40 steps, grpo does not
+
+
+def test_jitter2_and_paired_test_equal_analysis(tmp_path):
+    runs, metrics = synthetic_sweep(steps=40)
+    built = report_for(tmp_path, runs, metrics, plots=False, n_boot=500, seed=7)
+    reward = _curves(runs, metrics, "critic/score/mean")
+    meta = runs.set_index("run_id")
+    table = built.table("jitter2").data
+    row = table[(table["metric"] == "critic/score/mean") & (table["group"] == "rollout.G=8") & (table["arm"] == "dfpo")]
+    seeds = {arm: [analysis.jitter2(reward[f"{arm}-G8-s{s}"][1]) for s in sorted(meta["seed"].unique())]
+             for arm in ("dfpo", "gspo")}
+    interval = analysis.bootstrap_ci(seeds["dfpo"], n_boot=500, seed=7)
+    test = analysis.paired_bootstrap_test(seeds["dfpo"], seeds["gspo"], n_boot=500, seed=7)
+    assert row[["mean", "ci_lo", "ci_hi", "n_seeds"]].iloc[0].tolist() == [interval.mean, interval.lo, interval.hi, 3]
+    assert row[["delta_vs_baseline", "p_value", "n_paired"]].iloc[0].tolist() == [test.delta, test.p, test.n]
+    assert row["ratio_vs_baseline"].item() == pytest.approx(interval.mean / np.mean(seeds["gspo"]))
+
+
+@pytest.mark.parametrize(
+    "equation, table, column",
+    [
+        ("compute_at_reward", "compute_at_reward_runs", "compute_at_reward"),
+        ("steps_to_threshold", "steps_to_threshold_runs", "steps_to_threshold"),
+        ("jitter2", "jitter2", "mean"),
+    ],
+)
+def test_tables_call_the_equation_functions(equation, table, column, tmp_path, monkeypatch):
+    """Replace one of analysis' equations by a planted constant: the table must show that constant,
+    so the table's number is that function's, not a copy of its formula."""
+    calls = []
+
+    def planted(*args, **kwargs):
+        calls.append(args)
+        return 123
+
+    monkeypatch.setattr(analysis, equation, planted)
+    runs, metrics = synthetic_sweep(steps=20)
+    built = report_for(tmp_path, runs, metrics, threshold=0.5, plots=False, n_boot=200)
+    values = built.table(table).data[column]
+    assert len(calls) >= len(runs) and len(values) and (values == 123).all()
