@@ -21,8 +21,8 @@ import yaml
 from cancelctl.errors import SpecError
 from cancelctl.jobs import read_attempts
 from cancelctl.launch import cancel_sweep, latest_sweep, launch_sweep, sweep_status
-from cancelctl.launch import slurm as slurm_mod
-from cancelctl.launch.layout import sweep_paths
+from cancelctl.executors import slurm_commands as slurm_mod
+from cancelctl.workdir import sweep_paths
 from cancelctl.launch.states import last_step
 from cancelctl.plan import load_sweep
 from cancelctl.spec import ExperimentSpec
@@ -185,7 +185,7 @@ def test_local_preemption_signals_checkpoint_at_the_next_step_and_lose_nothing(t
     arms = {"grpo": {"algorithm": {"loss": "grpo"}}}
     path = write_sweep(tmp_path, "preempt", arms=arms, seeds=(0,), steps=steps, base={"lab": lab})
     sweep = load_sweep(path)
-    run_dir = sweep_paths(workdir, sweep.name).run_dir(sweep.runs[0].run_id)
+    run_dir = sweep_paths(workdir, sweep.name).run_dir(sweep.runs[0].run_id, sweep.runs[0].name)
 
     def attempt_pid(n: int) -> int | None:
         started = [a for a in read_attempts(run_dir) if a["event"] == "start"]
