@@ -54,16 +54,6 @@ def write_sweep(directory: Path, name: str, *, arms=None, seeds=(0, 1), steps=4,
     return path
 
 
-@pytest.fixture(scope="session")
-def template_db(tmp_path_factory) -> Path:
-    """A migrated MLflow sqlite DB: copying it saves the ~3 s schema creation per test."""
-    from mlflow import MlflowClient
-
-    path = tmp_path_factory.mktemp("template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
-
-
 @pytest.fixture
 def workdir(tmp_path, template_db) -> Path:
     path = tmp_path / "work"

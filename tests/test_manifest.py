@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cancelctl.executors import get_executor
 from cancelctl.manifest import (
     ABANDONED,
     INTENT,
@@ -43,7 +44,8 @@ def test_round_trip_keeps_sweep_order_and_submissions(tmp_path):
     loaded = store.load()
     assert list(loaded.runs) == ["run0002", "run0001", "run0000"]
     assert loaded.latest_submission("run0000") == (loaded.submissions[sub.token], 1)
-    assert loaded.submissions[sub.token].task_job_id(1) == "812_1"
+    restored = loaded.submissions[sub.token]
+    assert get_executor(restored.executor).task_job_id(restored, 1) == "812_1"
     assert loaded.latest_submission("run0001") is None
     assert loaded.intents() == [loaded.submissions[sub.token]] and loaded.submissions[sub.token].state == INTENT
     assert loaded.to_json() == manifest.to_json()

@@ -31,15 +31,6 @@ from cancelctl.tracking import (
 SWEEP = "lab-demo"
 
 
-@pytest.fixture(scope="session")
-def template_db(tmp_path_factory) -> Path:
-    from mlflow import MlflowClient
-
-    path = tmp_path_factory.mktemp("template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()  # runs the migrations
-    return path
-
-
 @pytest.fixture
 def workdir(tmp_path, template_db) -> Path:
     shutil.copy(template_db, tmp_path / "mlflow.db")

@@ -82,15 +82,6 @@ def loss_arms(n: int) -> dict:
     return arms
 
 
-@pytest.fixture(scope="module")
-def template_db(tmp_path_factory) -> Path:
-    from mlflow import MlflowClient
-
-    path = tmp_path_factory.mktemp("template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
-
-
 @pytest.fixture
 def launched():
     """(workdir, sweep) pairs to cancel at teardown, so a failed test leaves no job behind."""
