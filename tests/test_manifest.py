@@ -170,3 +170,14 @@ def test_lock_passed_to_a_child_outlives_a_killed_parent(tmp_path):
     with file_lock(lock, timeout_s=10):  # free once the child ("sbatch") has exited
         assert time.monotonic() - started < 5
     assert Path(lock).exists()
+
+
+def test_read_json_reads_or_returns_the_default(tmp_path):
+    from cancelctl.fileio import atomic_write_json, read_json
+
+    path = tmp_path / "x.json"
+    assert read_json(path) is None and read_json(path, {}) == {}
+    atomic_write_json(path, {"a": [1, 2]})
+    assert read_json(path) == {"a": [1, 2]}
+    path.write_text('{"a": [1, ')  # torn by a writer that is not atomic
+    assert read_json(path, "absent") == "absent"
