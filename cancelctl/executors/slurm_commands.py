@@ -193,14 +193,22 @@ def job_comment(sweep: str, run_ids: Sequence[str], limit: int = 1000) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-@functools.lru_cache(maxsize=1)
+_MAX_ARRAY_SIZE: list[int] = []  # the cluster's answer, once it gave one
+
+
 def max_array_size() -> int:
-    """MaxArraySize from `scontrol show config` (array indices must stay below it)."""
+    """MaxArraySize from `scontrol show config` (array indices must stay below it). Only an answer
+    is remembered: a busy slurmctld's failure is asked again next time, never cached as the default."""
+    if _MAX_ARRAY_SIZE:
+        return _MAX_ARRAY_SIZE[0]
     if not shutil.which("scontrol"):
         return DEFAULT_MAX_ARRAY_SIZE
     result = _run(["scontrol", "show", "config"], timeout=QUERY_TIMEOUT_S, check=False)
     match = re.search(r"^MaxArraySize\s*=\s*(\d+)", result.stdout, re.MULTILINE)
-    return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
+    if result.returncode != 0 or not match:
+        return DEFAULT_MAX_ARRAY_SIZE
+    _MAX_ARRAY_SIZE.append(int(match.group(1)))
+    return _MAX_ARRAY_SIZE[0]
 
 
 # ---------------------------------------------------------------------------------- submission
