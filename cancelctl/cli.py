@@ -174,7 +174,8 @@ def render(
 
 # ---------------------------------------------------------------- execution verbs
 
-STATE_STYLE = {"COMPLETED": "green", "FAILED": "bold red", "CANCELLED": "yellow", "RUNNING": "cyan", "PENDING": "dim"}
+# keyed by the state words of cancelctl.runstate (lower case)
+STATE_STYLE = {"completed": "green", "failed": "bold red", "cancelled": "yellow", "running": "cyan", "pending": "dim"}
 
 
 def _states_table(title: str, states) -> Table:
@@ -234,12 +235,14 @@ def sweep(
     allow_unmatched: bool = typer.Option(False, help="Run arms that are not compute-matched."),
 ) -> None:
     """Validate, expand and run every arm of a sweep; finished or running runs are never resubmitted."""
+    from cancelctl.executors import executor_names, get_executor
     from cancelctl.launch import SchedulerError, launch_sweep
 
-    if executor not in (None, "local", "slurm", "debug"):
-        fail_input(SpecError(f"--executor {executor!r}: expected local, slurm or debug"))
+    if executor is not None and executor not in executor_names():
+        *first, last = executor_names()
+        fail_input(SpecError(f"--executor {executor!r}: expected {', '.join(first)} or {last}"))
     plan_ = load_or_exit(path, allow_unmatched)
-    will_wait = wait if wait is not None else (executor or plan_.runs[0].spec.executor) != "slurm"
+    will_wait = wait if wait is not None else get_executor(executor or plan_.runs[0].spec.executor).waits_by_default
     try:
         if will_wait and not dry_run:
             with _SweepProgress(len(plan_.runs)) as progress:
@@ -327,7 +330,7 @@ def report(
     workdir: Optional[Path] = WorkdirOpt,
 ) -> None:
     """Compute-matched comparison tables, bootstrap CIs, paired tests, Compute@Reward, Jitter2, plots."""
-    from cancelctl.reporting import report_sweep
+    from cancelctl.report.sweep_report import report_sweep
 
     try:
         result = report_sweep(

@@ -57,3 +57,12 @@ def file_lock(path: Path, timeout_s: float, *, what: str = "lock") -> Iterator[i
         yield fd
     finally:
         os.close(fd)  # closing our fd releases the lock unless a child still holds a copy
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    """The JSON document at `path`, or `default` when it is missing or unreadable (a torn or
+    half-written file reads as absent: every writer here is atomic, so that is a file being born)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return default

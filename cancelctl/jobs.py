@@ -41,12 +41,14 @@ from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-RUN_JSON = "run.json"
-RESULT_JSON = "result.json"
-ERROR_TXT = "error.txt"
-JOB_JSON = "job.json"
-ATTEMPTS_JSONL = "attempts.jsonl"
-CHECKPOINT = "checkpoint.pt"
+from cancelctl.fileio import atomic_write_json
+from cancelctl.workdir import ATTEMPTS_JSONL, CHECKPOINT, ERROR_TXT, JOB_JSON, RESULT_JSON, RUN_JSON, RunFolder  # noqa: F401 - names of the run files, re-exported
+
+# The first word of the job entry command (`python -m cancelctl.jobs WORD FOLDER [TOKEN]`): an
+# array task adopts the pickle its launcher wrote under a token; a local process runs its folder.
+ARRAY_TASK_ENTRY = "slurm"
+LOCAL_PROCESS_ENTRY = "local"
+ENTRY_ARGS = {ARRAY_TASK_ENTRY: 2, LOCAL_PROCESS_ENTRY: 1}  # word -> arguments after it
 
 
 class RunJob(Checkpointable):
@@ -75,12 +77,12 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None)
     from cancelctl.plan import RunSpec
     from cancelctl.tracking import RunLogger
 
-    record = json.loads((run_dir / RUN_JSON).read_text(encoding="utf-8"))
+    record = json.loads(RunFolder(run_dir).run_json.read_text(encoding="utf-8"))
     run = RunSpec.from_json(record["run"])
     cache_dir = Path(record["cache_dir"])
     _refuse_stale(run_dir, run.run_id, token)
     _start_attempt(run_dir, token)
-    (run_dir / RESULT_JSON).unlink(missing_ok=True)
+    RunFolder(run_dir).result.unlink(missing_ok=True)
     archive_error(run_dir)  # how an earlier attempt ended (e.g. SIGTERM before a requeue) is history now
     if threads:
         _limit_threads(threads)
@@ -125,7 +127,7 @@ def _refuse_stale(run_dir: Path, run_id: str, token: str) -> None:
     written to the run folder, so the current submission's files stay as they are."""
     from cancelctl.manifest import ManifestStore
 
-    store = ManifestStore(run_dir.parent.parent / "manifest.json")
+    store = ManifestStore(RunFolder(run_dir).sweep_manifest)
     if not token or not store.exists():
         return  # a run folder used outside a sweep
     manifest = store.load()
@@ -187,12 +189,12 @@ def _start_attempt(run_dir: Path, token: str) -> None:
         "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
         "started_at": time.time(),
     }
-    _atomic_json(run_dir / JOB_JSON, job)
-    _append_jsonl(run_dir / ATTEMPTS_JSONL, {"event": "start", **job})
+    atomic_write_json(RunFolder(run_dir).job, job)
+    _append_jsonl(RunFolder(run_dir).attempts, {"event": "start", **job})
 
 
 def _end_attempt(run_dir: Path, token: str, outcome: str) -> None:
-    _append_jsonl(run_dir / ATTEMPTS_JSONL, {"event": "end", "token": token, "outcome": outcome, "ts": time.time()})
+    _append_jsonl(RunFolder(run_dir).attempts, {"event": "end", "token": token, "outcome": outcome, "ts": time.time()})
 
 
 def _write_error(run_dir: Path, kind: str) -> None:
@@ -200,27 +202,27 @@ def _write_error(run_dir: Path, kind: str) -> None:
     when = datetime.datetime.now().isoformat(timespec="seconds")
     summary = f"{exc_type.__name__}: {exc}" if exc_type is not None else "unknown error"
     text = f"{kind} {when} job {current_job_id() or 'in-process'}: {summary.splitlines()[0] if summary else ''}\n"
-    (run_dir / ERROR_TXT).write_text(text + traceback.format_exc(), encoding="utf-8")
+    RunFolder(run_dir).error.write_text(text + traceback.format_exc(), encoding="utf-8")
 
 
 def write_result(run_dir: Path, metrics: dict[str, float], *, token: str, finished_at: float | None = None,
                  **extra: Any) -> None:
     """result.json: the run's final metrics; its presence means "completed" to `cancelctl status`."""
     payload = {"metrics": metrics, "finished_at": time.time() if finished_at is None else finished_at, "token": token}
-    _atomic_json(run_dir / RESULT_JSON, {**payload, **extra})
+    atomic_write_json(RunFolder(run_dir).result, {**payload, **extra})
 
 
 def archive_error(run_dir: Path) -> None:
     """Keep the last attempt's error.txt as error.prev.txt: a new attempt starts without one."""
-    error = run_dir / ERROR_TXT
-    if error.exists():
-        error.replace(run_dir / "error.prev.txt")
+    folder = RunFolder(run_dir)
+    if folder.error.exists():
+        folder.error.replace(folder.error_prev)
 
 
 def read_error(run_dir: Path) -> tuple[str, str] | None:
     """(kind, first line) of error.txt: kind is FAILED or INTERRUPTED."""
     try:
-        first = (run_dir / ERROR_TXT).read_text(encoding="utf-8").splitlines()[0]
+        first = RunFolder(run_dir).error.read_text(encoding="utf-8").splitlines()[0]
     except (OSError, IndexError):
         return None
     kind, _, rest = first.partition(" ")
@@ -228,7 +230,7 @@ def read_error(run_dir: Path) -> tuple[str, str] | None:
 
 
 def read_attempts(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / ATTEMPTS_JSONL
+    path = RunFolder(run_dir).attempts
     if not path.exists():
         return []
     lines = []
@@ -246,12 +248,6 @@ def _limit_threads(threads: int) -> None:
     except ImportError:
         return
     torch.set_num_threads(max(1, int(threads)))
-
-
-def _atomic_json(path: Path, data: Any) -> None:
-    from cancelctl.fileio import atomic_write_json
-
-    atomic_write_json(path, data)
 
 
 def _append_jsonl(path: Path, data: dict[str, Any]) -> None:
@@ -291,14 +287,14 @@ def main(argv: list[str]) -> None:
     """`python -m cancelctl.jobs slurm FOLDER TOKEN` (sbatch scripts) or `... local FOLDER` (local
     executor). Exits with os._exit once submitit has written the result: tearing down torch and
     MLflow at interpreter exit costs seconds per run and does nothing useful."""
-    if len(argv) not in (2, 3) or argv[0] not in ("slurm", "local"):
-        sys.exit("usage: python -m cancelctl.jobs slurm FOLDER TOKEN | local FOLDER")
+    if not argv or ENTRY_ARGS.get(argv[0]) != len(argv) - 1:
+        sys.exit(f"usage: python -m cancelctl.jobs {ARRAY_TASK_ENTRY} FOLDER TOKEN | {LOCAL_PROCESS_ENTRY} FOLDER")
     # The local driver starts controllers with SIGINT ignored (so Ctrl-C reaches the run itself,
     # not a controller that would SIGKILL it a second later); runs take Ctrl-C as KeyboardInterrupt.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     code = 0
     try:
-        submitit_entry(argv[1], argv[2] if argv[0] == "slurm" else None)
+        submitit_entry(argv[1], argv[2] if len(argv) == 3 else None)
     except SystemExit as exc:  # submitit requeued the job (USR2), or SIGTERM after a checkpoint
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # already in error.txt and submitit's result pickle; show it in the log too

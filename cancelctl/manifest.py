@@ -59,7 +59,7 @@ def new_token() -> str:
 @dataclass
 class Submission:
     token: str
-    executor: str
+    executor: str  # a name in cancelctl.executors' registry
     run_ids: list[str]
     state: str = INTENT
     created_at: float = field(default_factory=time.time)
@@ -69,12 +69,7 @@ class Submission:
     submitted_at: float | None = None
     error: str | None = None
     resources: dict[str, Any] = field(default_factory=dict)
-
-    def task_job_id(self, index: int) -> str | None:
-        """The scheduler's id of one run of this submission ('812_3' for array task 3)."""
-        if self.job_id is None:
-            return None
-        return f"{self.job_id}_{index}" if self.executor == "slurm" else self.job_id
+    # The scheduler's id of one run of it ('812_3' for array task 3): `Executor.task_job_id`.
 
 
 @dataclass

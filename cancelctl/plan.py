@@ -70,6 +70,7 @@ class Sweep:
     file: str
     runs: list[RunSpec] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    arm_locations: dict[str, Location] = field(default_factory=dict)  # where each arm is in the file
 
     @property
     def name(self) -> str:
@@ -125,6 +126,7 @@ def expand(data: Any, positions: dict, file: str, *, allow_unmatched: bool = Fal
     issues: list[SpecIssue] = []
     seen: set[tuple] = set()
     sweep = Sweep(spec=sweep_spec, file=file)
+    sweep.arm_locations = {arm: positions[("arms", arm)] for arm in sweep_spec.arms if ("arms", arm) in positions}
     by_hash: dict[str, str] = {}
     for arm, patch in sweep_spec.arms.items():
         merged_arm = deep_merge(sweep_spec.base, patch)
@@ -247,17 +249,6 @@ def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
             node[key] = nxt
         node = nxt
     node[keys[-1]] = copy.deepcopy(value)
-
-
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, path + "."))
-        else:
-            out[path] = value
-    return out
 
 
 def _axis_points(sweep: SweepSpec):

@@ -129,3 +129,26 @@ def test_verl_runs_the_backend_cannot_run_yet_are_refused_before_submission(tmp_
     assert "12 runs" in result.output and "arms.gspo" not in result.output
     assert not workdir.exists()
     assert runner.invoke(app, ["validate", "--skip-verl", str(EXPERIMENTS / "group-size.yaml")]).exit_code == 0
+
+
+def test_status_colours_apply_to_the_state_words():
+    """STATE_STYLE is keyed by the states status shows (lower case): each styled state is printed in
+    its colour (the keys used to be upper case, so no colour ever applied)."""
+    from rich.color import ColorSystem
+    from rich.console import Console
+    from rich.style import Style
+
+    from cancelctl.cli import STATE_STYLE, _states_table
+    from cancelctl.runstate import STATES, RunState
+
+    def rendered(state: str) -> str:
+        console = Console(force_terminal=True, color_system="truecolor", width=200)
+        with console.capture() as captured:
+            console.print(_states_table("t", [RunState("abc", "grpo-s0", "grpo", 0, state)]))
+        return captured.get()
+
+    assert set(STATE_STYLE) <= set(STATES) and {"completed", "failed", "running"} <= set(STATE_STYLE)
+    for state, style in STATE_STYLE.items():
+        code = Style.parse(style).render("\0", color_system=ColorSystem.TRUECOLOR).split("\0")[0]
+        assert code and f"{code}{state}" in rendered(state), (state, style)
+    assert "\x1b[" not in rendered("unsubmitted").split("abc")[1].split("unsubmitted")[0]  # unstyled: plain

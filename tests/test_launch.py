@@ -1,6 +1,6 @@
 """Execution on the local and debug executors with the real lab (tiny settings) and a real MLflow
 sqlite store: end to end, reruns, a launcher killed midway, retry of failed runs, cancel, dry run,
-and the SLURM pieces that need no cluster (parameter checks, array planning, the sbatch golden file).
+(the SLURM pieces that need no cluster are in tests/executors/test_slurm.py).
 """
 
 from __future__ import annotations
@@ -12,58 +12,19 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import yaml
+from sweep_files import TINY_LAB, write_sweep
 
 from cancelctl.errors import SpecError
 from cancelctl.jobs import read_attempts
 from cancelctl.launch import cancel_sweep, latest_sweep, launch_sweep, sweep_status
-from cancelctl.launch import slurm as slurm_mod
-from cancelctl.launch.layout import sweep_paths
 from cancelctl.launch.states import last_step
 from cancelctl.plan import load_sweep
-from cancelctl.spec import ExperimentSpec
+from cancelctl.workdir import sweep_paths
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = Path(__file__).parent / "slurm" / "golden" / "array.sbatch"
-# A lab run of a few seconds (most of it importing torch and MLflow).
-TINY_LAB = {"d_model": 16, "n_layers": 1, "n_heads": 2, "warmstart_steps": 5, "checkpoint_every": 2, "max_operand": 5}
-
-
-def write_sweep(directory: Path, name: str, *, arms=None, seeds=(0, 1), steps=4, base=None, **top) -> Path:
-    spec = {
-        "name": name,
-        "base": {
-            "backend": "lab",
-            "lab": dict(TINY_LAB),
-            "rollout": {"G": 2},
-            "budget": {"steps": steps, "prompts_per_step": 4},
-            "eval": {"every": 2, "k": 1, "prompts": 4},
-            "algorithm": {"lr": 1.0e-3},
-            **(base or {}),
-        },
-        "arms": arms or {"grpo": {"algorithm": {"loss": "grpo"}}, "gspo": {"algorithm": {"loss": "gspo"}}},
-        "seeds": list(seeds),
-        **top,
-    }
-    path = directory / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
-
-
-@pytest.fixture(scope="session")
-def template_db(tmp_path_factory) -> Path:
-    """A migrated MLflow sqlite DB: copying it saves the ~3 s schema creation per test."""
-    from mlflow import MlflowClient
-
-    path = tmp_path_factory.mktemp("template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
-
-
 @pytest.fixture
 def workdir(tmp_path, template_db) -> Path:
     path = tmp_path / "work"
@@ -185,7 +146,7 @@ def test_local_preemption_signals_checkpoint_at_the_next_step_and_lose_nothing(t
     arms = {"grpo": {"algorithm": {"loss": "grpo"}}}
     path = write_sweep(tmp_path, "preempt", arms=arms, seeds=(0,), steps=steps, base={"lab": lab})
     sweep = load_sweep(path)
-    run_dir = sweep_paths(workdir, sweep.name).run_dir(sweep.runs[0].run_id)
+    run_dir = sweep_paths(workdir, sweep.name).run_dir(sweep.runs[0].run_id, sweep.runs[0].name)
 
     def attempt_pid(n: int) -> int | None:
         started = [a for a in read_attempts(run_dir) if a["event"] == "start"]
@@ -252,7 +213,7 @@ def test_debug_failed_run_is_reported_and_retry_resubmits_only_it(tmp_path, work
 
 def test_report_defaults_to_the_sweep_files_baseline(tmp_path, workdir):
     from cancelctl.errors import SpecError
-    from cancelctl.reporting import report_sweep
+    from cancelctl.report.sweep_report import report_sweep
 
     with_baseline = load_sweep(write_sweep(tmp_path, "with-baseline", seeds=(0,), baseline="gspo"))
     launch_sweep(with_baseline, workdir=workdir, executor="debug")
@@ -314,125 +275,6 @@ def test_mixed_executors_need_an_override(tmp_path):
     with pytest.raises(SpecError, match="several executors"):
         launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True)
     assert launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True, executor="debug").executor == "debug"
-
-
-# ---------------------------------------------------------------------------------- SLURM, no cluster
-
-
-def test_slurm_dry_run_one_array_per_shape_chunked_to_max_array_size(tmp_path, monkeypatch):
-    monkeypatch.setattr(slurm_mod, "max_array_size", lambda: 3)
-    arms = {
-        "small": {"algorithm": {"loss": "grpo"}},
-        "small2": {"algorithm": {"loss": "gspo"}},
-        "big": {"algorithm": {"loss": "dapo"}, "cluster": {"cpus_per_task": 2}},
-    }
-    sweep = load_sweep(write_sweep(tmp_path, "arrays", arms=arms, seeds=(0, 1), base={"executor": "slurm"}))
-    result = launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True)
-    assert result.executor == "slurm" and not (tmp_path / "w").exists()
-    sizes = [len(a.run_ids) for a in result.arrays]
-    assert sizes == [3, 1, 2]  # 4 runs of one shape cut to MaxArraySize 3, then the 2-CPU shape
-    assert "#SBATCH --array=0-2%3" in result.arrays[0].script
-    assert "#SBATCH --cpus-per-task=2" in result.arrays[2].script
-    by_run = {run_id for a in result.arrays for run_id in a.run_ids}
-    assert by_run == {r.run_id for r in sweep.runs}
-
-
-def golden_shape(tmp_path: Path) -> slurm_mod.JobShape:
-    spec = ExperimentSpec.model_validate(
-        {
-            "executor": "slurm",
-            "cluster": {
-                "partition": "gpu",
-                "account": "rl-lab",
-                "qos": "normal",
-                "gpus_per_node": 8,
-                "cpus_per_task": 16,
-                "mem_gb": 200,
-                "time_min": 240,
-                "array_parallelism": 4,
-                "container_image": "/images/cancelctl.sqsh",
-                "container_runtime": "pyxis",
-                "setup": ["module load cuda/12.4", "export NCCL_DEBUG=WARN"],
-                "additional": {"constraint": "a100", "mail-type": "FAIL"},
-            },
-        }
-    )
-    return slurm_mod.job_shape(spec, Path("/scratch/work"))
-
-
-def test_sbatch_script_matches_golden_file(tmp_path):
-    """The one place that renders sbatch scripts (submitit's renderer with cancelctl's entry).
-    Regenerate after an intended change: CANCELCTL_UPDATE_GOLDEN=1 pytest -k golden."""
-    shape = golden_shape(tmp_path)
-    script = slurm_mod.render_sbatch(
-        shape,
-        folder=Path("/scratch/work/sweeps/demo/submitit"),
-        token="0123456789",
-        n_tasks=6,
-        job_name=slurm_mod.job_name("demo", "0123456789"),
-        comment=slurm_mod.job_comment("demo", ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]),
-    )
-    if os.environ.get("CANCELCTL_UPDATE_GOLDEN"):
-        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
-        GOLDEN.write_text(script)
-    assert script == GOLDEN.read_text()
-
-
-def test_container_runtimes(tmp_path):
-    shape = golden_shape(tmp_path)
-    assert shape.python == "python" and "--container-image=/images/cancelctl.sqsh" in shape.parameters["srun_args"]
-    spec = ExperimentSpec.model_validate(
-        {"cluster": {"container_image": "/images/c.sif", "container_runtime": "apptainer", "gpus_per_node": 1}}
-    )
-    apptainer = slurm_mod.job_shape(spec, Path("/w"))
-    assert apptainer.python == "apptainer exec --nv --bind /w:/w /images/c.sif python"
-    assert "srun_args" not in apptainer.parameters
-    plain = slurm_mod.job_shape(ExperimentSpec(), Path("/w"))
-    assert plain.python == sys.executable and "gpus_per_node" not in plain.parameters
-
-
-@pytest.mark.parametrize(
-    ("additional", "message"),
-    [
-        ({"job-name": "x"}, "set by cancelctl"),
-        ({"array": "0-3"}, "set by cancelctl"),
-        ({"bad flag!": "1"}, "not an sbatch option name"),
-        ({"mail-user": "a@b\nc"}, "one line"),
-        ({"nodes": 2}, "set cluster.nodes instead"),
-        ({"cpus-per-task": 2}, "set cluster.cpus_per_task instead"),
-        ({"exclusive": "user", "constraint": "a100", "mail-user": "a@b"}, None),
-    ],
-)
-def test_bad_cluster_settings_are_refused_before_submission(tmp_path, additional, message):
-    spec = ExperimentSpec.model_validate({"executor": "slurm", "cluster": {"additional": additional}})
-    if message is None:  # submitit's own names go through submitit, others become raw sbatch flags
-        shape = slurm_mod.job_shape(spec, tmp_path)
-        slurm_mod.check_shape(shape)
-        assert shape.parameters["exclusive"] == "user" and shape.parameters["additional_parameters"] == {"mail-user": "a@b"}
-        return
-    with pytest.raises(SpecError, match=message):
-        slurm_mod.check_shape(slurm_mod.job_shape(spec, tmp_path))
-
-
-def test_unknown_submitit_parameter_is_refused(tmp_path):
-    shape = slurm_mod.job_shape(ExperimentSpec(executor="slurm"), tmp_path)
-    bad = replace(shape, parameters={**shape.parameters, "gpus_per_nod": 1})
-    with pytest.raises(SpecError, match="not a submitit SLURM parameter"):
-        slurm_mod.check_shape(bad)
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("812_3", [("812", 3)]),
-        ("812_[0-2,5%4]", [("812", 0), ("812", 1), ("812", 2), ("812", 5)]),
-        ("812_[7]", [("812", 7)]),
-        ("812", [("812", 0)]),
-        ("812_3.batch", []),
-    ],
-)
-def test_job_ids_from_sacct(text, expected):
-    assert slurm_mod.expand_job_id(text) == expected
 
 
 def test_status_of_unknown_workdir_says_so(tmp_path):

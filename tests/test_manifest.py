@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cancelctl.executors import get_executor
 from cancelctl.manifest import (
     ABANDONED,
     INTENT,
@@ -43,7 +44,8 @@ def test_round_trip_keeps_sweep_order_and_submissions(tmp_path):
     loaded = store.load()
     assert list(loaded.runs) == ["run0002", "run0001", "run0000"]
     assert loaded.latest_submission("run0000") == (loaded.submissions[sub.token], 1)
-    assert loaded.submissions[sub.token].task_job_id(1) == "812_1"
+    restored = loaded.submissions[sub.token]
+    assert get_executor(restored.executor).task_job_id(restored, 1) == "812_1"
     assert loaded.latest_submission("run0001") is None
     assert loaded.intents() == [loaded.submissions[sub.token]] and loaded.submissions[sub.token].state == INTENT
     assert loaded.to_json() == manifest.to_json()
@@ -168,3 +170,14 @@ def test_lock_passed_to_a_child_outlives_a_killed_parent(tmp_path):
     with file_lock(lock, timeout_s=10):  # free once the child ("sbatch") has exited
         assert time.monotonic() - started < 5
     assert Path(lock).exists()
+
+
+def test_read_json_reads_or_returns_the_default(tmp_path):
+    from cancelctl.fileio import atomic_write_json, read_json
+
+    path = tmp_path / "x.json"
+    assert read_json(path) is None and read_json(path, {}) == {}
+    atomic_write_json(path, {"a": [1, 2]})
+    assert read_json(path) == {"a": [1, 2]}
+    path.write_text('{"a": [1, ')  # torn by a writer that is not atomic
+    assert read_json(path, "absent") == "absent"

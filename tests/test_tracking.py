@@ -31,15 +31,6 @@ from cancelctl.tracking import (
 SWEEP = "lab-demo"
 
 
-@pytest.fixture(scope="session")
-def template_db(tmp_path_factory) -> Path:
-    from mlflow import MlflowClient
-
-    path = tmp_path_factory.mktemp("template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()  # runs the migrations
-    return path
-
-
 @pytest.fixture
 def workdir(tmp_path, template_db) -> Path:
     shutil.copy(template_db, tmp_path / "mlflow.db")
@@ -316,3 +307,33 @@ def test_collect_merges_jsonl_of_runs_never_uploaded(uri, workdir, dead_uri):
     _, metrics_synced = collect(uri, SWEEP)
     assert metrics_synced.groupby("run_id").size().to_dict() == points
     assert metrics_synced[(metrics_synced.run_id == "offline2") & (metrics_synced.step == 25)].value.item() == math.inf
+
+
+def test_one_flatten_behind_params_and_run_json():
+    """`flatten` keeps values as they are (run.json); `flatten_params` is the same keys as MLflow text."""
+    from cancelctl.tracking import flatten, flatten_params
+
+    spec = {"algorithm": {"loss": "grpo", "clip": [0.2, 0.28]}, "rollout": {"G": 8}, "extra": {}, "a.b": 1}
+    flat = flatten(spec)
+    assert flat == {"algorithm.loss": "grpo", "algorithm.clip": [0.2, 0.28], "rollout.G": 8, "extra": {}, "a.b": 1}
+    assert list(flatten_params(spec)) == list(flat)
+    assert flatten_params(spec)["rollout.G"] == "8" and flatten_params(spec)["algorithm.clip"] == "[0.2, 0.28]"
+
+
+def test_run_tags_are_what_collect_reads(tmp_path):
+    """The tags launch sets are the ones collect turns into columns (one owner: tracking.tags)."""
+    import yaml
+
+    from cancelctl.plan import load_sweep
+    from cancelctl.tracking import run_tags
+    from cancelctl.tracking.tags import AXES_TAG, RUN_ID_TAG, TAG_COLUMNS
+
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"name": "t", "base": {"backend": "lab"}, "arms": {"grpo": {}},
+                                    "grid": {"rollout.G": [2, 4]}, "seeds": [3]}))
+    run = load_sweep(path).runs[1]
+    tags = run_tags(run)
+    assert set(tags) == {*TAG_COLUMNS, AXES_TAG, RUN_ID_TAG}
+    assert {TAG_COLUMNS[k]: v for k, v in tags.items() if k in TAG_COLUMNS} == {
+        "sweep": "t", "arm": "grpo", "group": run.group, "seed": "3", "G": "4", "spec_hash": run.spec_hash}
+    assert json.loads(tags[AXES_TAG]) == {"rollout.G": 4} and tags[RUN_ID_TAG] == run.run_id

@@ -1,5 +1,5 @@
-"""Execution: launch a sweep on SLURM (submitit job arrays), locally (submitit's local executor,
-one run per core) or in-process (debug); follow, cancel and retry it.
+"""Execution: launch a sweep through an executor (`cancelctl.executors`: SLURM job arrays, submitit's
+local executor one run per core, or in-process debug); follow, cancel and retry it.
 
 API (the CLI's verbs are thin wrappers)::
 
@@ -12,7 +12,7 @@ API (the CLI's verbs are thin wrappers)::
 
 `progress` is called with the current `list[RunState]` at every poll.
 
-Work dir layout (default ./.cancelctl or $CANCELCTL_WORKDIR)::
+Work dir layout (default ./.cancelctl or $CANCELCTL_WORKDIR; paths: `cancelctl.workdir`)::
 
     <workdir>/
       mlflow.db                     default MLflow store (sqlite), unless tracking.uri says otherwise
@@ -23,7 +23,7 @@ Work dir layout (default ./.cancelctl or $CANCELCTL_WORKDIR)::
         manifest.lock               short read-modify-write lock of the manifest
         submit.lock                 held by the launcher (and inherited by each sbatch) while submitting
         driver.log                  output of a detached local driver (wait=False)
-        runs/<run_id>/
+        runs/<name>__<run_id>/      e.g. gspo-G=8-s0__01be704be275 (older work dirs: runs/<run_id>/)
           run.json                  RunSpec, tracking URI, MLflow run id (written at launch)
           metrics.jsonl             every metric point (RunLogger)
           sync_state.json           what of metrics.jsonl is in MLflow
@@ -34,15 +34,16 @@ Work dir layout (default ./.cancelctl or $CANCELCTL_WORKDIR)::
         submitit/                   SLURM: <token>_submission.sh, <token>_<i>.pkl, <job>_<i>_0_log.{out,err}
           local/                    local executor: <pid>_0_log.{out,err}, pickles
 
-States: see `cancelctl.launch.states`. Failure policy: a run that raises is FAILED with its
+States: see `cancelctl.runstate`. Failure policy: a run that raises is FAILED with its
 traceback in error.txt; a job killed from outside (scancel, OOM, node failure) is FAILED from the
 scheduler's state; a rerun never submits a completed or active run again.
 """
 
-from cancelctl.launch.control import cancel_sweep, latest_sweep, settle_tracking, sweep_status, wait_for_sweep
-from cancelctl.launch.launcher import ArrayPlan, LaunchResult, launch_sweep
-from cancelctl.launch.slurm import SchedulerError
-from cancelctl.launch.states import ACTIVE, TERMINAL, RunState
+from cancelctl.executors.base import ArrayPlan, SchedulerError
+from cancelctl.launch.control import cancel_sweep, settle_tracking, sweep_status, wait_for_sweep
+from cancelctl.launch.launcher import LaunchResult, launch_sweep
+from cancelctl.runstate import ACTIVE, TERMINAL, RunState
+from cancelctl.workdir import latest_sweep
 
 __all__ = [
     "ACTIVE",

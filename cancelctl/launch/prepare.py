@@ -2,49 +2,29 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
-from cancelctl.jobs import RUN_JSON, write_result
-from cancelctl.launch.layout import SweepPaths
-from cancelctl.plan import RunSpec, flatten
+from cancelctl.fileio import read_json
+from cancelctl.jobs import write_result
+from cancelctl.plan import RunSpec
+from cancelctl.workdir import RunFolder, SweepPaths
 
 log = logging.getLogger("cancelctl.launch")
-
-
-def tracking_target(run: RunSpec, workdir: Path) -> tuple[str, str]:
-    """(MLflow URI, experiment) of a run: the spec's, else the work dir's sqlite store and the sweep name."""
-    from cancelctl.tracking import resolve_tracking_uri
-
-    return resolve_tracking_uri(run.spec.tracking.uri, workdir), run.spec.tracking.experiment or run.sweep
-
-
-def run_tags(run: RunSpec) -> dict[str, str]:
-    return {
-        "cancelctl.sweep": run.sweep,
-        "cancelctl.arm": run.arm,
-        "cancelctl.seed": str(run.seed),
-        "cancelctl.group": run.group,
-        "cancelctl.G": str(run.G),
-        "cancelctl.spec_hash": run.spec_hash,
-        "cancelctl.axes": json.dumps(run.axes, sort_keys=True, default=str),
-        "cancelctl.run_id": run.run_id,
-    }
 
 
 def prepare_run(paths: SweepPaths, run: RunSpec, warnings: list[str]) -> Path:
     """Write run.json and create the run's MLflow run (idempotent: an existing MLflow run of the
     same store is reused). A store that cannot be reached now is a warning, not a failure: the job
     creates the MLflow run from run.json when it starts, or `cancelctl sync` does later."""
-    from cancelctl.tracking import create_run, write_run_json
+    from cancelctl.tracking import create_run, flatten, run_tags, tracking_target, write_run_json
 
-    run_dir = paths.run_dir(run.run_id)
+    run_dir = paths.run_dir(run.run_id, run.name)
     uri, experiment = tracking_target(run, paths.workdir)
     params = flatten(run.spec.model_dump(mode="json"))
     tags = run_tags(run)
-    previous = _read_json(run_dir / RUN_JSON)
+    previous = read_json(RunFolder(run_dir).run_json) or {}
     mlflow_run_id = previous.get("mlflow_run_id") if previous.get("tracking_uri") == uri else None
     if previous.get("experiment") != experiment:
         mlflow_run_id = None
@@ -68,13 +48,6 @@ def prepare_run(paths: SweepPaths, run: RunSpec, warnings: list[str]) -> Path:
         workdir=str(paths.workdir),
     )
     return run_dir
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
 
 
 def write_adopted_result(run_dir: Path, mlflow_run: Any, uri: str) -> None:

@@ -4,7 +4,6 @@ and MLflow store as recorded at launch), collect its runs from MLflow (+ run fol
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rich.console import Console
@@ -51,7 +50,7 @@ def report_sweep(
 
 def sweep_baseline(workdir: Path, sweep: str) -> str:
     """The `baseline` arm of the sweep file, as recorded when the sweep was launched."""
-    from cancelctl.launch.layout import sweep_paths
+    from cancelctl.workdir import sweep_paths
 
     store = sweep_paths(workdir, sweep).store
     manifest = store.load() if store.exists() else None
@@ -63,7 +62,7 @@ def sweep_baseline(workdir: Path, sweep: str) -> str:
 
 
 def latest_sweep_name(workdir: Path) -> str:
-    from cancelctl.launch import latest_sweep
+    from cancelctl.workdir import latest_sweep
 
     name = latest_sweep(workdir)
     if name is None:
@@ -73,13 +72,8 @@ def latest_sweep_name(workdir: Path) -> str:
 
 def sweep_tracking_target(workdir: Path, sweep: str) -> tuple[str | None, str]:
     """(MLflow URI, experiment) the sweep's runs log to, as recorded in their run.json at launch."""
-    from cancelctl.launch.layout import sweep_paths
-    from cancelctl.tracking import RUN_JSON
+    from cancelctl.workdir import sweep_run_records
 
-    for run_json in sorted(sweep_paths(workdir, sweep).runs_dir.glob(f"*/{RUN_JSON}")):
-        try:
-            record = json.loads(run_json.read_text())
-        except (OSError, ValueError):
-            continue
+    for record in sweep_run_records(workdir, sweep):
         return record.get("tracking_uri"), record.get("experiment") or sweep
     return None, sweep

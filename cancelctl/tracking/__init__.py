@@ -8,7 +8,8 @@ Store
     (name = sweep name); for sqlite stores the experiment's artifact root is ``<db dir>/mlartifacts``.
 
 Runs
-    ``create_run`` makes one MLflow run per cancelctl ``run_id`` (tag ``cancelctl.run_id``, found by
+    ``run_tags`` / ``tracking_target`` (``tags.py``) are the one owner of cancelctl's tag names and of
+    where a run logs. ``create_run`` makes one MLflow run per cancelctl ``run_id`` (tag ``cancelctl.run_id``, found by
     tag search, never duplicated) in status SCHEDULED, with provenance tags (git SHA of the cwd repo,
     package versions) and the flattened spec as params. ``finished_runs`` finds the ones a store
     already holds FINISHED (a shared server): the launcher adopts them instead of running them again.
@@ -71,7 +72,8 @@ from cancelctl.tracking.runfiles import (
     read_metrics_jsonl,
     write_run_json,
 )
-from cancelctl.tracking.runs import create_run, finished_runs, flatten_params, provenance_tags
+from cancelctl.tracking.runs import create_run, finished_runs, flatten, flatten_params, provenance_tags
+from cancelctl.tracking.tags import run_tags, tracking_target
 from cancelctl.tracking.sync import RunSyncResult, SyncResult, sync
 from cancelctl.tracking.uri import (
     TrackingUnavailable,
@@ -93,12 +95,15 @@ __all__ = [
     "collect",
     "create_run",
     "finished_runs",
+    "flatten",
     "default_tracking_uri",
     "flatten_params",
     "normalize_tracking_uri",
     "provenance_tags",
     "read_metrics_jsonl",
     "resolve_tracking_uri",
+    "run_tags",
     "sync",
+    "tracking_target",
     "write_run_json",
 ]

@@ -27,7 +27,8 @@ from cancelctl.tracking.runfiles import (
     find_run_dirs,
     read_metrics_jsonl,
 )
-from cancelctl.tracking.runs import RUN_ID_TAG, client_for, search_all_runs
+from cancelctl.tracking.runs import client_for, search_all_runs
+from cancelctl.tracking.tags import AXES_TAG, PREFIX, RUN_ID_TAG, TAG_COLUMNS
 from cancelctl.tracking.upload import MAX_DOUBLE
 from cancelctl.tracking.uri import fast_fail_http, normalize_tracking_uri, sqlite_path
 
@@ -36,15 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cancelctl.tracking")
 
-AXES_TAG = "cancelctl.axes"
-TAG_COLUMNS = {  # tag set by the planner -> column of the runs frame
-    "cancelctl.sweep": "sweep",
-    "cancelctl.arm": "arm",
-    "cancelctl.group": "group",
-    "cancelctl.seed": "seed",
-    "cancelctl.G": "G",
-    "cancelctl.spec_hash": "spec_hash",
-}
 INT_COLUMNS = ("seed", "G")
 TEXT_COLUMNS = ("run_id", "mlflow_run_id", "name", "sweep", "arm", "group", "state", "spec_hash")
 RUN_COLUMNS = ["run_id", "mlflow_run_id", "name", "sweep", "arm", "group", "seed", "G", "state", "spec_hash"]
@@ -182,7 +174,7 @@ def _read_mlflow_api(uri: str, experiment: str) -> tuple[list[_StoreRun], pd.Dat
         mlflow_runs = search_all_runs(client, found.experiment_id)
         store_runs = [
             _StoreRun(run.info.run_id, run.info.run_name or "", run.info.status, run.info.start_time or 0,
-                      {k: v for k, v in run.data.tags.items() if k.startswith("cancelctl.")})
+                      {k: v for k, v in run.data.tags.items() if k.startswith(PREFIX)})
             for run in mlflow_runs
         ]
         requests = [(run.info.run_id, key) for run in mlflow_runs if RUN_ID_TAG in run.data.tags for key in run.data.metrics]

@@ -86,11 +86,6 @@ class RunLogger:
     def mlflow_run_id(self) -> str | None:
         return self._mlflow_run_id
 
-    @property
-    def tracking_ok(self) -> bool:
-        """False while MLflow is being left alone after a failure."""
-        return not self._paused()
-
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         """Record `metrics` at `step`: to metrics.jsonl now, to MLflow at the next flush."""
         if self._closed:

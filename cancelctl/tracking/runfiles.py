@@ -1,4 +1,5 @@
-"""The files of a run folder: run.json, metrics.jsonl, sync_state.json (schemas: package docstring)."""
+"""What tracking writes in a run folder: run.json, metrics.jsonl, sync_state.json (schemas: package
+docstring; where they are: `cancelctl.workdir.RunFolder`)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl.fileio import atomic_write_json, file_lock
+from cancelctl.workdir import METRICS_JSONL, RUN_JSON, SYNC_STATE, RunFolder
 
-RUN_JSON = "run.json"
-METRICS_JSONL = "metrics.jsonl"
-SYNC_STATE = "sync_state.json"
-LOCK_FILE = ".tracking.lock"
 LOCK_TIMEOUT_S = 30.0
 TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
@@ -31,7 +29,7 @@ log = logging.getLogger("cancelctl.tracking")
 def run_dir_lock(run_dir: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Serialize uploads of one run folder between a live RunLogger and `cancelctl sync`.
     Bounded wait (LockBusy, a TimeoutError): a stuck holder must not hang a training run."""
-    with file_lock(Path(run_dir) / LOCK_FILE, timeout_s, what="run folder upload"):
+    with file_lock(RunFolder(Path(run_dir)).tracking_lock, timeout_s, what="run folder upload"):
         yield
 
 
@@ -54,10 +52,10 @@ class RunRecord:
 
     @classmethod
     def load(cls, run_dir: Path) -> RunRecord:
-        data = json.loads((Path(run_dir) / RUN_JSON).read_text(encoding="utf-8"))
+        data = json.loads(RunFolder(Path(run_dir)).run_json.read_text(encoding="utf-8"))
         missing = [key for key in ("run_id", "name", "experiment") if not data.get(key)]
         if missing:
-            raise ValueError(f"{Path(run_dir) / RUN_JSON}: missing {', '.join(missing)}")
+            raise ValueError(f"{RunFolder(Path(run_dir)).run_json}: missing {', '.join(missing)}")
         known = {name: data.get(name) for name in cls.__dataclass_fields__ if name in data}
         known["tags"] = {str(k): str(v) for k, v in (data.get("tags") or {}).items()}
         known["params"] = dict(data.get("params") or {})
@@ -81,8 +79,9 @@ def write_run_json(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     record = RunRecord(run_id, name, experiment, dict(tags), dict(params), mlflow_run_id, tracking_uri, status)
-    atomic_write_json(run_dir / RUN_JSON, {**extra, **asdict(record)}, sort_keys=True)
-    return run_dir / RUN_JSON
+    path = RunFolder(run_dir).run_json
+    atomic_write_json(path, {**extra, **asdict(record)}, sort_keys=True)
+    return path
 
 
 def find_run_dirs(workdir: Path) -> list[Path]:
@@ -111,7 +110,7 @@ class SyncState:
 
     @classmethod
     def load(cls, run_dir: Path) -> SyncState:
-        path = Path(run_dir) / SYNC_STATE
+        path = RunFolder(Path(run_dir)).sync_state
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -132,7 +131,7 @@ class SyncState:
             "final_status": self.final_status,
             "stores": {uri: asdict(progress) for uri, progress in self.stores.items()},
         }
-        atomic_write_json(Path(run_dir) / SYNC_STATE, data, sort_keys=True)
+        atomic_write_json(RunFolder(Path(run_dir)).sync_state, data, sort_keys=True)
 
     def progress(self, uri: str) -> StoreProgress:
         return self.stores.setdefault(uri, StoreProgress())

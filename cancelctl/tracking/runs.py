@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from cancelctl.tracking.tags import GIT_SHA_TAG, MLFLOW_GIT_COMMIT_TAG, RUN_ID_TAG, RUN_NAME_TAG, VERSION_TAG_PREFIX
 from cancelctl.tracking.uri import fast_fail_http, normalize_tracking_uri, sqlite_path
 
 if TYPE_CHECKING:
@@ -21,11 +22,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cancelctl.tracking")
 
-RUN_ID_TAG = "cancelctl.run_id"
-RUN_NAME_TAG = "mlflow.runName"
-GIT_SHA_TAG = "cancelctl.git_sha"
-MLFLOW_GIT_COMMIT_TAG = "mlflow.source.git.commit"
-VERSION_TAG_PREFIX = "cancelctl.version."
 VERSIONED_PACKAGES = ("cancelctl", "torch", "mlflow")
 
 MAX_PARAM_VALUE_CHARS = 6000  # MLflow's limit
@@ -162,17 +158,23 @@ def log_params(client: MlflowClient, mlflow_run_id: str, flat_params: Mapping[st
         client.log_batch(mlflow_run_id, params=items[start : start + MAX_PARAMS_PER_BATCH], synchronous=True)
 
 
-def flatten_params(spec: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """{'algo': {'G': 8}} -> {'algo.G': '8'}. Lists and empty dicts become JSON; values are cut to
-    MLflow's 6000-char limit. Already-dotted keys pass through unchanged."""
-    flat: dict[str, str] = {}
-    for key, value in spec.items():
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'algo': {'G': 8}} -> {'algo.G': 8}: nested mappings to dotted keys, values as they are
+    (empty mappings stay values). Already-dotted keys pass through unchanged."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, Mapping) and value:
-            flat.update(flatten_params(value, prefix=f"{dotted}."))
+            flat.update(flatten(value, prefix=f"{dotted}."))
         else:
-            flat[dotted] = _param_text(value)[:MAX_PARAM_VALUE_CHARS]
+            flat[dotted] = value
     return flat
+
+
+def flatten_params(spec: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """{'algo': {'G': 8}} -> {'algo.G': '8'}: `flatten`, then lists and empty dicts become JSON and
+    values are cut to MLflow's 6000-char limit."""
+    return {key: _param_text(value)[:MAX_PARAM_VALUE_CHARS] for key, value in flatten(spec, prefix).items()}
 
 
 def _param_text(value: Any) -> str:

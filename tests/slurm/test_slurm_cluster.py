@@ -23,8 +23,8 @@ import yaml
 
 from cancelctl.jobs import read_attempts, read_error
 from cancelctl.launch import cancel_sweep, launch_sweep, sweep_status, wait_for_sweep
-from cancelctl.launch import slurm as slurm_mod
-from cancelctl.launch.layout import sweep_paths
+from cancelctl.executors import slurm_commands as slurm_mod
+from cancelctl.workdir import sweep_paths
 from cancelctl.launch.states import last_step
 from cancelctl.plan import load_sweep
 
@@ -80,15 +80,6 @@ def loss_arms(n: int) -> dict:
         loss = LOSSES[i % len(LOSSES)]
         arms[f"{loss}-{i}"] = {"algorithm": {"loss": loss, "lr": 1.0e-3 * (1 + i)}}
     return arms
-
-
-@pytest.fixture(scope="module")
-def template_db(tmp_path_factory) -> Path:
-    from mlflow import MlflowClient
-
-    path = tmp_path_factory.mktemp("template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
 
 
 @pytest.fixture
@@ -249,7 +240,7 @@ def test_requeued_job_resumes_from_checkpoint_with_the_same_final_metrics(tmp_pa
     reference_dir = make_workdir(tmp_path, template_db, "reference")
     launched.extend([(interrupted_dir, sweep.name), (reference_dir, reference.name)])
     run_id = sweep.runs[0].run_id
-    run_dir = sweep_paths(interrupted_dir, sweep.name).run_dir(run_id)
+    run_dir = sweep_paths(interrupted_dir, sweep.name).run_dir(run_id, sweep.runs[0].name)
 
     job = launch_sweep(sweep, workdir=interrupted_dir).states[0].job_id
     launch_sweep(reference, workdir=reference_dir)

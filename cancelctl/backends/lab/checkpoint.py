@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
-CHECKPOINT = "checkpoint.pt"
+from cancelctl.workdir import CHECKPOINT, RunFolder  # noqa: F401 - CHECKPOINT: the file name, for callers
 
 
 def save(run_dir: Path, state: dict[str, Any]) -> Path:
-    target = Path(run_dir) / CHECKPOINT
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{CHECKPOINT}.")
+    target = RunFolder(Path(run_dir)).checkpoint
+    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{target.name}.")
     os.close(fd)
     try:
         torch.save(state, tmp)
@@ -30,7 +30,7 @@ def save(run_dir: Path, state: dict[str, Any]) -> Path:
 
 
 def load(run_dir: Path) -> dict[str, Any] | None:
-    path = Path(run_dir) / CHECKPOINT
+    path = RunFolder(Path(run_dir)).checkpoint
     if not path.exists():
         return None
     return torch.load(path, map_location="cpu", weights_only=True)

@@ -14,6 +14,7 @@ from cancelctl.backends.verl.compose import (
     verl_available,
 )
 from cancelctl.backends.verl.entry import train
+from cancelctl.backends.verl.planning import launch_refusals  # registers the planning hook
 from cancelctl.backends.verl.render import (
     VerlRenderError,
     config_name,
@@ -33,6 +34,7 @@ __all__ = [
     "config_name",
     "format_command",
     "launch_blockers",
+    "launch_refusals",
     "unsupported_on_verl",
     "render_command",
     "render_overrides",

@@ -34,7 +34,7 @@ from cancelctl.backends.verl import render
 from cancelctl.backends.verl.compute import ComputeAccount
 from cancelctl.backends.verl.render import config_name, launch_blockers, render_override_set
 from cancelctl.plan import RunSpec
-from cancelctl.tracking.runfiles import METRICS_JSONL
+from cancelctl.workdir import METRICS_JSONL
 
 VERL_METRICS = "verl_metrics.jsonl"
 POLL_SECONDS = 5.0

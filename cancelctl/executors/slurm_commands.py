@@ -1,4 +1,4 @@
-"""SLURM through submitit: sbatch parameters from the cluster spec, array scripts, job states.
+"""SLURM commands through submitit (the SLURM executor, `executors/slurm.py`, calls these): sbatch parameters from the cluster spec, array scripts, job states.
 
 Rendering is submitit's own (`_make_sbatch_string`, the function behind `SlurmExecutor`), so
 every parameter name and check is submitit's; the job side is submitit's runtime too (signal
@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl.errors import SpecError, SpecIssue
+from cancelctl.executors.base import SchedulerError
+from cancelctl.jobs import ARRAY_TASK_ENTRY
 from cancelctl.spec import ExperimentSpec
 
 SBATCH_TIMEOUT_S = 60
@@ -47,10 +49,6 @@ _FLAG = re.compile(r"^[a-z][a-z0-9_-]*$")
 # Fault injection for the crash-safety tests (seconds to pause at the named point).
 PAUSE_BEFORE_SBATCH = "CANCELCTL_FAULT_PAUSE_BEFORE_SBATCH"
 PAUSE_AFTER_SBATCH = "CANCELCTL_FAULT_PAUSE_AFTER_SBATCH"
-
-
-class SchedulerError(RuntimeError):
-    """A SLURM command failed or timed out (exit 1 at the CLI)."""
 
 
 # ---------------------------------------------------------------------------------- parameters
@@ -173,7 +171,7 @@ def sbatch_test_only(script: Path) -> str | None:
 
 
 def entry_command(python: str, folder: Path, token: str) -> str:
-    return f"{python} -u -m cancelctl.jobs slurm {shlex.quote(str(folder))} {token}"
+    return f"{python} -u -m cancelctl.jobs {ARRAY_TASK_ENTRY} {shlex.quote(str(folder))} {token}"
 
 
 def render_sbatch(shape: JobShape, *, folder: Path, token: str, n_tasks: int, job_name: str, comment: str) -> str:
@@ -195,14 +193,22 @@ def job_comment(sweep: str, run_ids: Sequence[str], limit: int = 1000) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-@functools.lru_cache(maxsize=1)
+_MAX_ARRAY_SIZE: list[int] = []  # the cluster's answer, once it gave one
+
+
 def max_array_size() -> int:
-    """MaxArraySize from `scontrol show config` (array indices must stay below it)."""
+    """MaxArraySize from `scontrol show config` (array indices must stay below it). Only an answer
+    is remembered: a busy slurmctld's failure is asked again next time, never cached as the default."""
+    if _MAX_ARRAY_SIZE:
+        return _MAX_ARRAY_SIZE[0]
     if not shutil.which("scontrol"):
         return DEFAULT_MAX_ARRAY_SIZE
     result = _run(["scontrol", "show", "config"], timeout=QUERY_TIMEOUT_S, check=False)
     match = re.search(r"^MaxArraySize\s*=\s*(\d+)", result.stdout, re.MULTILINE)
-    return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
+    if result.returncode != 0 or not match:
+        return DEFAULT_MAX_ARRAY_SIZE
+    _MAX_ARRAY_SIZE.append(int(match.group(1)))
+    return _MAX_ARRAY_SIZE[0]
 
 
 # ---------------------------------------------------------------------------------- submission

@@ -1,0 +1,131 @@
+"""The protocol every executor implements (as submitit's `core.core.Executor`: one subclass per
+scheduler, chosen by name in `cancelctl.executors.registry`).
+
+The launcher, `status` and `cancel` talk to a scheduler only through these methods, in this order:
+
+    check_available()                       launch: can this machine use the scheduler at all
+    plan(runs, workdir) -> plan             launch and dry run: per-run settings, checked before any I/O
+    test_submission(paths, plan)            launch, under the submit lock: the scheduler's own dry check
+    dry_run(paths, runs, plan)              what would be submitted (ArrayPlans for batch schedulers)
+    submit(paths, runs, plan, lock_fd)      launch, under the submit lock: hand runs over (or queue them)
+    start(paths, runs, wait, tick)          launch, after the lock: drive queued runs (in-process drivers)
+    reconcile(paths, intents, wait)         resolve intents a killed launcher left
+    task_states(submissions) -> tasks       status: ONE scheduler query for the whole sweep
+    classify(state, ...)                    status: a started submission's run state from `tasks`
+    cancel(paths, active, signalled)        cancel: stop these runs; returns the job ids it stopped
+    log_path(paths, sub, index)             the scheduler's stderr log of a run
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from cancelctl.manifest import Manifest, RunEntry, Submission
+from cancelctl.runstate import RunState
+from cancelctl.workdir import SweepPaths
+
+if TYPE_CHECKING:
+    from cancelctl.plan import RunSpec
+
+# Called by a driver after each step with whether it still drives: the launcher turns it into the
+# progress bar's states (executors never compute sweep states themselves).
+Tick = Callable[[bool], None]
+
+
+class SchedulerError(RuntimeError):
+    """A scheduler command failed, timed out or is missing (exit 1 at the CLI)."""
+
+
+@dataclass
+class ArrayPlan:
+    """One batch submission: the runs of its tasks in index order and the script."""
+
+    run_ids: list[str]
+    script: str
+    token: str
+    job_id: str | None = None
+
+
+@dataclass
+class Submitted:
+    """What one `submit` call did."""
+
+    submitted: list[str] = field(default_factory=list)  # run ids handed over (or queued)
+    errors: dict[str, str] = field(default_factory=dict)  # run id -> why the scheduler refused it
+    job_ids: list[str] = field(default_factory=list)
+    arrays: list[ArrayPlan] = field(default_factory=list)
+
+
+class Executor(ABC):
+    """One scheduler. Stateless: the sweep's state is in the manifest and the run folders."""
+
+    name: ClassVar[str]
+    waits_by_default: ClassVar[bool] = True  # `sweep` follows the runs unless --no-wait
+    poll_s: ClassVar[float] = 1.0  # how often a waiting launcher asks for states
+    reconcile_on_status: ClassVar[bool] = False  # `status` resolves this executor's intents (when no launcher is busy)
+
+    # -- launch --------------------------------------------------------------------------------
+
+    def check_available(self) -> None:
+        """Raise SchedulerError when this machine cannot use the scheduler."""
+
+    def plan(self, runs: Sequence[RunSpec], workdir: Path) -> Any:
+        """Per-run scheduler settings, checked (SpecError) before anything is written."""
+        return None
+
+    def test_submission(self, paths: SweepPaths, plan: Any) -> None:
+        """Ask the scheduler whether it would accept the plan (SpecError if not); nothing queued."""
+
+    def dry_run(self, paths: SweepPaths, runs: Sequence[RunSpec], plan: Any) -> list[ArrayPlan]:
+        return []
+
+    @abstractmethod
+    def submit(self, paths: SweepPaths, runs: Sequence[RunSpec], plan: Any, lock_fd: int) -> Submitted:
+        """Hand `runs` to the scheduler, recording intent then job id in the manifest."""
+
+    def start(self, paths: SweepPaths, runs: Sequence[RunSpec], *, wait: bool, tick: Tick | None,
+              job_ids: list[str]) -> None:
+        """After the submit lock is released: start whatever must run the submitted runs."""
+
+    def reconcile(self, paths: SweepPaths, intents: Sequence[Submission], *, wait: bool) -> None:
+        """Resolve this executor's intents (submissions recorded before the scheduler call)."""
+
+    # -- status --------------------------------------------------------------------------------
+
+    def task_states(self, submissions: Sequence[Submission]) -> dict[Any, Any]:
+        """The scheduler's view of these submitted submissions (one query), keyed as `classify` reads it."""
+        return {}
+
+    def requeued(self, sub: Submission, index: int, tasks: dict[Any, Any]) -> bool:
+        """A run that wrote its result but is queued or running again (requeue, preemption)."""
+        return False
+
+    @abstractmethod
+    def classify(self, state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission, index: int,
+                 tasks: dict[Any, Any], now: float) -> None:
+        """Set `state.state`/`state.reason` of a run whose latest submission reached the scheduler."""
+
+    def task_job_id(self, sub: Submission, index: int) -> str | None:
+        """The scheduler's id of run `index` of a submission."""
+        return sub.job_id
+
+    def log_path(self, paths: SweepPaths, sub: Submission, index: int) -> Path | None:
+        return None
+
+    # -- cancel --------------------------------------------------------------------------------
+
+    @abstractmethod
+    def cancel(self, paths: SweepPaths, active: Sequence[RunState], signalled: dict[str, float]) -> list[str]:
+        """Stop these active runs (called every poll until none is active); `signalled` maps job
+        ids already signalled to when. Returns the job ids stopped for the first time."""
+
+    def wait_stopped(self, job_ids: Sequence[str], deadline: float) -> None:
+        """Return once the scheduler holds nothing of these jobs (TimeoutError at `deadline`)."""
+
+
+def cancelled_by_us(entry: RunEntry, sub: Submission) -> bool:
+    return entry.cancelled_at is not None and entry.cancelled_at >= sub.created_at

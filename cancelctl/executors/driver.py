@@ -1,0 +1,189 @@
+"""Executors whose runs a driver process starts (local, debug, in-process test executors).
+
+Runs wait in the manifest as "queued" (RunEntry.queued_at) until the sweep's one driver takes them
+(`Manifest.driver` names it: pid + process start), so a launch while a driver is alive only adds to
+its queue. The launcher drives in process when it waits; otherwise it starts the executor's module
+(`python -m <module> WORKDIR SWEEP`) detached, with its output in driver.log.
+
+A run's process state comes from its controller (or the driver itself) and the run's own process
+(job.json), which outlives a controller killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from abc import abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+
+from cancelctl.executors.base import Executor, Tick, Submitted, cancelled_by_us
+from cancelctl.fileio import read_json
+from cancelctl.jobs import process_alive, process_start, read_attempts, read_error
+from cancelctl.manifest import Manifest, ManifestStore, RunEntry, Submission
+from cancelctl.runstate import CANCELLED, FAILED, RUNNING, UNSUBMITTED, RunState
+from cancelctl.workdir import RunFolder, SweepPaths, sweep_paths
+
+log = logging.getLogger("cancelctl.launch")
+
+INTERRUPT_GRACE_S = 10.0  # runs get SIGINT (they close their MLflow run KILLED), then SIGKILL
+
+
+def me() -> dict[str, int]:
+    pid = os.getpid()
+    return {"pid": pid, "start": process_start(pid) or 0}
+
+
+def driver_alive(manifest: Manifest) -> bool:
+    driver = manifest.driver
+    return bool(driver) and process_alive(driver.get("pid"), driver.get("start"))
+
+
+def claim_driver(store: ManifestStore, who: dict[str, int] | None = None) -> bool:
+    """Become the sweep's driver unless another live process is."""
+    who = who or me()
+    with store.update() as manifest:
+        if driver_alive(manifest) and manifest.driver != who:
+            return False
+        manifest.driver = who
+    return True
+
+
+def release_driver(store: ManifestStore) -> None:
+    with store.update() as manifest:
+        if manifest.driver == me():
+            manifest.driver = None
+
+
+def queued_runs(manifest: Manifest) -> list[str]:
+    """Queued run ids in queue order (sweep order within one launch)."""
+    queued = sorted((e.queued_at, i, run_id) for i, (run_id, e) in enumerate(manifest.runs.items()) if e.queued_at)
+    return [run_id for _, _, run_id in queued]
+
+
+def process_running(run_dir: Path, sub: Submission) -> bool:
+    """Is the process of a driven submission alive: its controller (or the driver, in process) or
+    the run's own process (which outlives a controller killed with SIGKILL)?"""
+    pid = int(sub.job_id) if sub.job_id and sub.job_id.isdigit() else None
+    if process_alive(pid, sub.pid_start):
+        return True
+    job = read_json(RunFolder(run_dir).job) or {}
+    return job.get("token") == sub.token and process_alive(job.get("pid"), job.get("start"))
+
+
+class DrivenExecutor(Executor):
+    """Submission = queueing in the manifest; a driver process starts the queued runs."""
+
+    controller_signal = signal.SIGINT  # how a run's controller is stopped once the run is gone
+
+    @abstractmethod
+    def drive_queue(self, paths: SweepPaths, tick: Tick | None, job_ids: list[str]) -> None:
+        """Start queued runs until none is queued or running (the caller holds the driver role)."""
+
+    def submit(self, paths: SweepPaths, runs, plan, lock_fd: int) -> Submitted:
+        now = time.time()
+        with paths.store.update() as manifest:
+            for i, run in enumerate(runs):
+                entry = manifest.runs[run.run_id]
+                entry.queued_at, entry.cancelled_at = now + i * 1e-6, None  # keeps sweep order
+        return Submitted(submitted=[run.run_id for run in runs])
+
+    def start(self, paths: SweepPaths, runs, *, wait: bool, tick: Tick | None, job_ids: list[str]) -> None:
+        if not runs:
+            return
+        if wait and claim_driver(paths.store):
+            self.drive(paths, tick=tick, job_ids=job_ids)
+        elif not wait and not driver_alive(paths.store.load()):
+            job_ids.append(str(self.start_detached_driver(paths)))
+
+    def drive(self, paths: SweepPaths, *, tick: Tick | None = None, job_ids: list[str] | None = None) -> None:
+        """Drive the queue; the driver role is released on the way out (also on Ctrl-C)."""
+        try:
+            self.drive_queue(paths, tick, job_ids if job_ids is not None else [])
+        finally:
+            release_driver(paths.store)
+
+    def start_detached_driver(self, paths: SweepPaths) -> int:
+        """`python -m <this executor's module> WORKDIR SWEEP` in its own session (survives the CLI)."""
+        log_file = open(paths.driver_log, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", type(self).__module__, str(paths.workdir), paths.sweep],
+                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        finally:
+            log_file.close()
+        # Claim on the child's behalf now, so status never shows its queue without a driver.
+        claim_driver(paths.store, {"pid": proc.pid, "start": process_start(proc.pid) or 0})
+        return proc.pid
+
+    # -- status --------------------------------------------------------------------------------
+
+    def classify(self, state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission, index: int,
+                 tasks, now: float) -> None:
+        error = read_error(state.run_dir)  # written as the run ends: its process may still be exiting
+        if error is None and process_running(state.run_dir, sub):
+            state.state = RUNNING
+            return
+        started = any(a.get("event") == "start" and a.get("token") == sub.token for a in read_attempts(state.run_dir))
+        if error is not None and error[0] == "INTERRUPTED":
+            state.state, state.reason = CANCELLED, "interrupted" + (" by cancelctl" if cancelled_by_us(entry, sub) else "")
+        elif error is not None:
+            state.state, state.reason = FAILED, error[1]
+        elif not started:
+            state.state, state.reason = UNSUBMITTED, "its process ended before the run started"
+        else:
+            state.state, state.reason = FAILED, f"process {sub.job_id} ended without a result (killed?); see {state.log}"
+
+    # -- cancel --------------------------------------------------------------------------------
+
+    def cancel(self, paths: SweepPaths, active: Sequence[RunState], signalled: dict[str, float]) -> list[str]:
+        stopped = []
+        for state in active:
+            if not state.job_id:
+                continue
+            if state.job_id not in signalled:
+                stopped.append(state.job_id)
+            self._stop_process(state, signalled)
+        return stopped
+
+    def _stop_process(self, state: RunState, signalled: dict[str, float]) -> None:
+        """SIGINT to the run's own process first (it records INTERRUPTED and closes its MLflow run
+        KILLED), SIGKILL to it and its controller after a grace. A controller whose run has not
+        started yet is stopped at once: the late run would refuse to start anyway (cancelled)."""
+        now = time.monotonic()
+        first = signalled.setdefault(state.job_id, now)
+        hard = now - first >= INTERRUPT_GRACE_S
+        if first != now and not hard:
+            return  # SIGINT once: a second one would interrupt the run's own cleanup
+        controller = int(state.job_id) if state.job_id.isdigit() else None
+        job = read_json(RunFolder(state.run_dir).job) or {}
+        task = job.get("pid") if process_alive(job.get("pid"), job.get("start")) else None
+        targets: list[tuple[int, int]] = []
+        if task is not None:
+            targets.append((task, signal.SIGKILL if hard else signal.SIGINT))
+        if controller is not None and (hard or task is None):
+            targets.append((controller, self.controller_signal))
+        for pid, sig in targets:
+            if pid == os.getpid():
+                continue
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def main(executor: DrivenExecutor, argv: list[str]) -> int:
+    """Detached driver: python -m <executor module> WORKDIR SWEEP."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    workdir, sweep = argv[:2]
+    paths = sweep_paths(Path(workdir), sweep)
+    if not claim_driver(paths.store):
+        log.info("sweep %s already has a live driver; nothing to do", sweep)
+        return 0
+    executor.drive(paths)
+    return 0

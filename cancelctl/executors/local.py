@@ -1,0 +1,170 @@
+"""The local executor: each run is one submitit `LocalExecutor` job (its own process tree, logs,
+result pickle, USR2-before-timeout checkpoint/requeue), started by the sweep's driver.
+
+submitit's local executor starts every submission at once (no array_parallelism), so the driver
+bounds parallelism itself: at most one run per core at a time (`CANCELCTL_LOCAL_PARALLEL`
+overrides), each with torch threads = cores // parallel. The runs' processes survive a killed
+driver; the next launch counts them as running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from cancelctl.executors.base import Tick
+from cancelctl.executors.driver import DrivenExecutor, driver_alive, main, me, process_running, queued_runs
+from cancelctl.fileio import read_json
+from cancelctl.jobs import LOCAL_PROCESS_ENTRY, RunJob, archive_error, process_start
+from cancelctl.manifest import ABANDONED, INTENT, SUBMITTED, Manifest, Submission
+from cancelctl.workdir import RunFolder, SweepPaths
+
+log = logging.getLogger("cancelctl.launch")
+
+LOCAL_TIMEOUT_MIN = 7 * 24 * 60  # local runs have no wall-clock limit worth the name
+LOCAL_ADOPT_GRACE_S = 30.0  # a job started just before its driver died writes job.json within this
+PARALLEL_ENV = "CANCELCTL_LOCAL_PARALLEL"
+
+
+def cores() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def local_parallelism() -> int:
+    value = os.environ.get(PARALLEL_ENV)
+    return max(1, int(value)) if value else cores()
+
+
+class LocalExecutor(DrivenExecutor):
+    name = "local"
+    controller_signal = signal.SIGKILL  # submitit's controller would SIGKILL its run a second after SIGINT
+
+    def drive_queue(self, paths: SweepPaths, tick: Tick | None, job_ids: list[str]) -> None:
+        store = paths.store
+        parallel = local_parallelism()
+        threads = max(1, cores() // parallel)
+        executor = _submitit_local_executor()(folder=paths.submitit_dir / "local")
+        executor.update_parameters(timeout_min=LOCAL_TIMEOUT_MIN, signal_delay_s=30)
+        own: dict[str, object] = {}  # token -> LocalJob; polling them reaps finished children
+        while True:
+            for token, job in list(own.items()):
+                if job.done():
+                    del own[token]
+            starting: list[tuple[str, str, str]] = []
+            with store.update() as manifest:
+                if manifest.driver != me():
+                    log.warning("sweep %s: another process took over as driver; stopping", paths.sweep)
+                    return
+                active = self._running(paths, manifest)
+                queued = queued_runs(manifest)
+                for run_id in queued[: max(0, parallel - active)]:
+                    sub = manifest.add_submission(self.name, [run_id])
+                    starting.append((run_id, manifest.runs[run_id].name, sub.token))
+                finished = not queued and active == 0
+                if finished:
+                    manifest.driver = None
+            for run_id, name, token in starting:
+                run_dir = paths.run_dir(run_id, name)
+                archive_error(run_dir)
+                with _sigint_ignored():  # inherited by the controller only; the run restores it
+                    job = executor.submit(RunJob(run_dir, token, threads))
+                own[token] = job
+                job_ids.append(job.job_id)
+                with store.update() as manifest:
+                    sub = manifest.submissions[token]
+                    sub.state, sub.job_id, sub.submitted_at = SUBMITTED, job.job_id, time.time()
+                    sub.pid_start = process_start(int(job.job_id))
+            if tick is not None:
+                tick(not finished)
+            if finished:
+                return
+            time.sleep(1.0)
+
+    def _running(self, paths: SweepPaths, manifest: Manifest) -> int:
+        """This executor's runs whose process is alive, whoever started them (a killed driver's runs go on)."""
+        count = 0
+        for run_id, entry in manifest.runs.items():
+            latest = manifest.latest_submission(run_id)
+            if latest is None or latest[0].executor != self.name:
+                continue
+            sub = latest[0]
+            if sub.state == INTENT or (sub.state == SUBMITTED and process_running(paths.run_dir(run_id, entry.name), sub)):
+                count += 1
+        return count
+
+    def reconcile(self, paths: SweepPaths, intents: Sequence[Submission], *, wait: bool) -> None:
+        """Intents whose driver died between recording and starting them: adopt the process if the
+        run wrote job.json with the intent's token, else mark the intent abandoned (after giving a
+        just-started process LOCAL_ADOPT_GRACE_S to show up)."""
+        store = paths.store
+        manifest = store.load()
+        if driver_alive(manifest):
+            return
+        pending = list(intents)
+        while pending:
+            adopted: dict[str, dict] = {}
+            for sub in pending:
+                run_id = sub.run_ids[0]
+                job = read_json(RunFolder(paths.run_dir(run_id, manifest.runs[run_id].name)).job) or {}
+                if job.get("token") == sub.token:
+                    adopted[sub.token] = job
+            youngest = max(s.created_at for s in pending)
+            expired = not wait or time.time() - youngest >= LOCAL_ADOPT_GRACE_S
+            if adopted or expired:
+                with store.update() as manifest:
+                    for sub in pending:
+                        current = manifest.submissions[sub.token]
+                        job = adopted.get(sub.token)
+                        if job is not None:
+                            controller = str(job.get("job_id") or job["pid"])
+                            current.state, current.job_id = SUBMITTED, controller
+                            current.pid_start = process_start(int(controller)) if controller.isdigit() else None
+                            current.submitted_at = job.get("started_at")
+                        elif expired:
+                            current.state = ABANDONED
+                pending = [s for s in pending if s.token not in adopted and not expired]
+            if pending:
+                time.sleep(0.5)
+
+    def log_path(self, paths: SweepPaths, sub: Submission, index: int) -> Path | None:
+        return None if sub.job_id is None else paths.submitit_dir / "local" / f"{sub.job_id}_0_log.err"
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """submitit's local controller answers SIGINT by SIGKILLing its run one second later, too soon
+    for the run to record the interruption and close its MLflow run; started with SIGINT ignored,
+    it leaves Ctrl-C (and `cancel`) to the run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _submitit_local_executor():
+    import submitit
+
+    class SubmititLocalExecutor(submitit.LocalExecutor):
+        """submitit's local executor with cancelctl's job entry (fast exit after the result)."""
+
+        @property
+        def _submitit_command_str(self) -> str:
+            return " ".join([self.python, f"-u -m cancelctl.jobs {LOCAL_PROCESS_ENTRY}", shlex.quote(str(self.folder))])
+
+    return SubmititLocalExecutor
+
+
+if __name__ == "__main__":
+    sys.exit(main(LocalExecutor(), sys.argv[1:]))

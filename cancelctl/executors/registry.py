@@ -1,0 +1,47 @@
+"""The one place executor names are known: name -> Executor class (as submitit's `core/plugins.py`).
+
+Built-in executors are registered by module path, so naming them costs no import (the CLI
+validates `--executor` without importing submitit). Adding a scheduler (Kubernetes, SkyPilot) is
+one module with an `Executor` subclass plus one `register_executor` call.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Union
+
+from cancelctl.errors import SpecError
+
+if TYPE_CHECKING:
+    from cancelctl.executors.base import Executor
+
+_REGISTRY: dict[str, Union[str, type[Executor]]] = {
+    "local": "cancelctl.executors.local:LocalExecutor",
+    "slurm": "cancelctl.executors.slurm:SlurmExecutor",
+    "debug": "cancelctl.executors.debug:DebugExecutor",
+}
+DEFAULT_EXECUTOR = "local"
+
+
+def register_executor(name: str, executor: Union[str, type[Executor]]) -> None:
+    """Make `name` usable as `--executor NAME` / `executor: NAME` (a class, or 'module:Class')."""
+    _REGISTRY[name] = executor
+
+
+def unregister_executor(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def executor_names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def get_executor(name: str) -> Executor:
+    """The executor registered as `name`; SpecError (exit 2) naming the known ones otherwise."""
+    target = _REGISTRY.get(name)
+    if target is None:
+        raise SpecError(f"executor {name!r}: expected one of {', '.join(_REGISTRY)}", title="invalid arguments")
+    if isinstance(target, str):
+        module, _, attr = target.partition(":")
+        target = getattr(importlib.import_module(module), attr)
+    return target()

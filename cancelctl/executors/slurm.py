@@ -1,0 +1,220 @@
+"""The SLURM executor: one sbatch job array per resource shape, states from one sacct call.
+
+Order of a submission (under the sweep's submit lock, which every sbatch inherits): each run's
+submitit parameters are checked when planned, `sbatch --test-only` once per shape, then per array
+the intent (token in the job name) is recorded before sbatch and the job id after. The commands
+themselves (rendering, sbatch, sacct/squeue, scancel) are in `slurm_commands`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from cancelctl.errors import SpecError, SpecIssue
+from cancelctl.executors import slurm_commands as slurm
+from cancelctl.executors.base import ArrayPlan, Executor, SchedulerError, Submitted, cancelled_by_us
+from cancelctl.jobs import RunJob, read_error
+from cancelctl.manifest import ABANDONED, SUBMIT_FAILED, SUBMITTED, Manifest, RunEntry, Submission
+from cancelctl.runstate import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, RunState
+from cancelctl.workdir import SweepPaths
+
+log = logging.getLogger("cancelctl.launch")
+
+# SLURM state words (sacct/squeue) by cancelctl state; anything else that ended is FAILED.
+SLURM_PENDING = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED", "CONFIGURING",
+                 "SPECIAL_EXIT", "RESV_DEL_HOLD", "STOPPED"}
+SLURM_RUNNING = {"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT"}
+# Accounting writes lag sbatch by ~1 s; a job it does not show yet is pending for this long.
+ACCOUNTING_GRACE_S = 120.0
+
+Shapes = dict[str, slurm.JobShape]  # run id -> its array's shape
+
+
+class SlurmExecutor(Executor):
+    name = "slurm"
+    waits_by_default = False  # a sweep on a cluster outlives the login shell
+    poll_s = 5.0
+    reconcile_on_status = True  # a lost job id is found by job name, without waiting
+
+    def check_available(self) -> None:
+        if not slurm.slurm_available():
+            raise SchedulerError(
+                "executor slurm: sbatch/sacct/squeue/scancel/scontrol not found on this machine; run it where SLURM "
+                "is (a login node), see what it would submit with --dry-run, or run here with --executor local"
+            )
+
+    def plan(self, runs, workdir: Path) -> Shapes:
+        shapes = {run.run_id: slurm.job_shape(run.spec, workdir) for run in runs}
+        seen: set[str] = set()
+        for run in runs:
+            shape = shapes[run.run_id]
+            if shape.key not in seen:
+                seen.add(shape.key)
+                slurm.check_shape(shape, where=f"arm {run.arm}: cluster")
+        return shapes
+
+    def test_submission(self, paths: SweepPaths, plan: Shapes) -> None:
+        """`sbatch --test-only` once per shape: the cluster refuses a partition/account/qos/resource
+        before any array of the sweep is submitted."""
+        paths.submitit_dir.mkdir(parents=True, exist_ok=True)
+        issues = []
+        for i, shape in enumerate({s.key: s for s in plan.values()}.values()):
+            script = slurm.render_sbatch(
+                shape, folder=paths.submitit_dir, token="test-only", n_tasks=1,
+                job_name=f"cancelctl:{paths.sweep}:test-only", comment="test",
+            )
+            path = paths.submitit_dir / f".test-only-{i}.sh"
+            path.write_text(script, encoding="utf-8")
+            refusal = slurm.sbatch_test_only(path)
+            path.unlink(missing_ok=True)
+            if refusal:
+                issues.append(SpecIssue(None, "cluster", f"SLURM refuses {shape.parameters}: {refusal}"))
+        if issues:
+            raise SpecError(issues, title="SLURM refuses the cluster settings (sbatch --test-only): nothing was submitted")
+
+    def dry_run(self, paths: SweepPaths, runs, plan: Shapes) -> list[ArrayPlan]:
+        arrays = []
+        for i, (shape, part) in enumerate(_array_chunks(runs, plan)):
+            token = f"dryrun{i}"
+            script = slurm.render_sbatch(
+                shape, folder=paths.submitit_dir, token=token, n_tasks=len(part),
+                job_name=slurm.job_name(paths.sweep, token), comment=slurm.job_comment(paths.sweep, [r.run_id for r in part]),
+            )
+            arrays.append(ArrayPlan([r.run_id for r in part], script, token))
+        return arrays
+
+    def submit(self, paths: SweepPaths, runs, plan: Shapes, lock_fd: int) -> Submitted:
+        store, out = paths.store, Submitted()
+        for shape, part in _array_chunks(runs, plan):
+            run_ids = [run.run_id for run in part]
+            with store.update() as manifest:  # the intent, before sbatch
+                sub = manifest.add_submission(self.name, run_ids, resources=_json_safe(shape.parameters))
+                sub.job_name = slurm.job_name(paths.sweep, sub.token)
+            script = slurm.render_sbatch(
+                shape, folder=paths.submitit_dir, token=sub.token, n_tasks=len(part),
+                job_name=sub.job_name, comment=slurm.job_comment(paths.sweep, run_ids),
+            )
+            threads = shape.parameters.get("cpus_per_task")
+            jobs = [RunJob(paths.run_dir(run.run_id, run.name), sub.token, threads) for run in part]
+            array = ArrayPlan(run_ids, script, sub.token)
+            out.arrays.append(array)
+            try:
+                path = slurm.write_array_files(paths.submitit_dir, sub.token, jobs, shape, script)
+                job_id = slurm.sbatch(path, lock_fd=lock_fd)
+            except (SchedulerError, OSError) as exc:
+                with store.update() as manifest:
+                    manifest.submissions[sub.token].state = SUBMIT_FAILED
+                    manifest.submissions[sub.token].error = str(exc)
+                out.errors.update({run_id: str(exc) for run_id in run_ids})
+                log.error("sweep %s: %s", paths.sweep, exc)
+                continue
+            with store.update() as manifest:
+                recorded = manifest.submissions[sub.token]
+                recorded.state, recorded.job_id, recorded.submitted_at = SUBMITTED, job_id, time.time()
+            array.job_id = job_id
+            out.job_ids.append(job_id)
+            out.submitted.extend(run_ids)
+        return out
+
+    def reconcile(self, paths: SweepPaths, intents: Sequence[Submission], *, wait: bool) -> None:
+        """The job name carries the intent's token: found means adopt the id, not found means sbatch
+        never ran (the caller holds the submit lock that every sbatch inherits, so none is in flight)."""
+        intents = [s for s in intents if s.job_name]
+        if not intents:
+            return
+        found = slurm.find_by_name([s.job_name for s in intents], since=min(s.created_at for s in intents))
+        with paths.store.update() as manifest:
+            for sub in intents:
+                current = manifest.submissions[sub.token]
+                job_id = found.get(sub.job_name)
+                if job_id:
+                    current.state, current.job_id, current.submitted_at = SUBMITTED, job_id, current.created_at
+                    log.info("sweep %s: adopted job %s of an interrupted submission", paths.sweep, job_id)
+                else:
+                    current.state = ABANDONED
+
+    # -- status --------------------------------------------------------------------------------
+
+    def task_states(self, submissions: Sequence[Submission]) -> dict[tuple[str, int], slurm.TaskState]:
+        arrays = sorted({s.job_id for s in submissions if s.job_id})
+        return slurm.task_states(arrays) if arrays else {}
+
+    def requeued(self, sub: Submission, index: int, tasks) -> bool:
+        """A task that wrote result.json and was then requeued (`scontrol requeue`, preemption) runs
+        again: until it ends, the scheduler's state is the truth, not the earlier result."""
+        task = tasks.get((sub.job_id, index))
+        return task is not None and task.state in SLURM_PENDING | SLURM_RUNNING
+
+    def classify(self, state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission, index: int,
+                 tasks, now: float) -> None:
+        task = tasks.get((sub.job_id, index))
+        error = read_error(state.run_dir)
+        if task is None:
+            if error is not None:
+                state.state, state.reason = FAILED, error[1]
+            elif now - (sub.submitted_at or sub.created_at) < ACCOUNTING_GRACE_S:
+                state.state, state.reason = PENDING, "submitted; not in accounting yet"
+            else:
+                state.state, state.reason = FAILED, f"job {state.job_id} is unknown to SLURM (sacct/squeue)"
+            return
+        word = task.state
+        if word in SLURM_PENDING:
+            state.state, state.reason = PENDING, task.detail or word.lower()
+        elif word in SLURM_RUNNING:
+            state.state = RUNNING
+        elif word == "COMPLETED":
+            state.state = COMPLETED  # the job wrapper exits non-zero whenever the run raised
+        elif word == "CANCELLED" and cancelled_by_us(entry, sub):
+            state.state, state.reason = CANCELLED, "cancelled by cancelctl"
+        else:  # FAILED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED from outside ...
+            outside = " (killed outside cancelctl)" if word == "CANCELLED" else ""
+            detail = f"{task.detail or word}{outside}"
+            state.state = FAILED
+            state.reason = f"{detail}; {error[1]}" if error is not None else detail
+
+    def task_job_id(self, sub: Submission, index: int) -> str | None:
+        return None if sub.job_id is None else f"{sub.job_id}_{index}"
+
+    def log_path(self, paths: SweepPaths, sub: Submission, index: int) -> Path | None:
+        return None if sub.job_id is None else paths.submitit_dir / f"{sub.job_id}_{index}_0_log.err"
+
+    # -- cancel --------------------------------------------------------------------------------
+
+    def cancel(self, paths: SweepPaths, active: Sequence[RunState], signalled: dict[str, float]) -> list[str]:
+        arrays = sorted({s.job_id.split("_")[0] for s in active if s.job_id})
+        new = [a for a in arrays if a not in signalled]
+        if new:
+            slurm.scancel(new)
+            signalled.update({a: time.monotonic() for a in new})
+        return new
+
+    def wait_stopped(self, job_ids: Sequence[str], deadline: float) -> None:
+        """scancel'd tasks linger as COMPLETING for KillWait: return once slurmctld holds none."""
+        arrays = sorted(set(job_ids))
+        while arrays and slurm.live_tasks(arrays):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"SLURM still runs {', '.join(slurm.live_tasks(arrays))} after cancel")
+            time.sleep(0.5)
+
+
+def _array_chunks(runs, shapes: Shapes) -> Iterator[tuple[slurm.JobShape, list]]:
+    """One array per resource shape (in sweep order), cut to the cluster's MaxArraySize."""
+    groups: dict[str, tuple[slurm.JobShape, list]] = {}
+    for run in runs:
+        shape = shapes[run.run_id]
+        groups.setdefault(shape.key, (shape, []))[1].append(run)
+    size = max(1, slurm.max_array_size())
+    for shape, members in groups.values():
+        for start in range(0, len(members), size):
+            yield shape, members[start : start + size]
+
+
+def _json_safe(params: dict) -> dict:
+    return json.loads(json.dumps(params, default=str))
+
+
+__all__ = ["SlurmExecutor"]

@@ -1,0 +1,89 @@
+"""Planning's checks against the world outside the sweep file, made before a launch writes anything:
+
+- per-backend refusals: each backend may register a `launch_refusals(run) -> [reason]` hook
+  (`register_launch_refusals`), found by importing `cancelctl.backends.<name>.planning` when a
+  sweep uses that backend; runs a backend cannot run yet are refused with the arm's file:line;
+- runs already FINISHED in their tracking store under the same run id (a shared MLflow server):
+  the launcher adopts them instead of running them twice.
+
+Launch calls these; it never imports a backend's renderer nor re-reads the YAML.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cancelctl.errors import SpecError, SpecIssue
+from cancelctl.yamlpos import Location
+
+if TYPE_CHECKING:
+    from cancelctl.plan import RunSpec, Sweep
+
+LaunchRefusals = Callable[["RunSpec"], list[str]]
+
+_REFUSALS: dict[str, LaunchRefusals] = {}
+
+
+def register_launch_refusals(backend: str, hook: LaunchRefusals) -> None:
+    """`hook(run)` returns why `backend` cannot run `run` yet (empty: it can)."""
+    _REFUSALS[backend] = hook
+
+
+def _refusal_hook(backend: str) -> LaunchRefusals | None:
+    if backend not in _REFUSALS:
+        module = f"cancelctl.backends.{backend}.planning"
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if found:
+            importlib.import_module(module)  # registers its hooks
+    return _REFUSALS.get(backend)
+
+
+def refuse_unlaunchable(sweep: Sweep) -> None:
+    """SpecError (nothing submitted) naming arm, file:line and runs for every run whose backend
+    refuses it: those would fail only once their job holds GPUs."""
+    by_arm: dict[tuple[str, str, str], list[str]] = {}
+    for run in sweep.runs:
+        hook = _refusal_hook(run.spec.backend)
+        for reason in hook(run) if hook is not None else []:
+            by_arm.setdefault((run.spec.backend, run.arm, reason), []).append(run.name)
+    if not by_arm:
+        return
+    issues = [
+        SpecIssue(
+            sweep.arm_locations.get(arm) or Location(sweep.file, 1, 1),
+            f"arms.{arm}",
+            reason,
+            f"{len(names)} run{'s' if len(names) > 1 else ''}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}",
+        )
+        for (_, arm, reason), names in by_arm.items()
+    ]
+    backends = ", ".join(sorted({backend for backend, _, _ in by_arm}))
+    raise SpecError(issues, title=f"the {backends} backend cannot launch these runs yet; nothing submitted")
+
+
+def finished_in_tracking_store(runs: Iterable[RunSpec], workdir: Path) -> tuple[dict[str, tuple[Any, str]], list[str]]:
+    """Runs whose MLflow store already holds them FINISHED (same run id: same resolved spec and
+    seed, e.g. run by a colleague against a shared tracking server): run id -> (MLflow run, store
+    URI), plus a warning per store that could not be asked (its runs are run, as before)."""
+    from cancelctl.tracking import finished_runs, tracking_target
+
+    by_store: dict[tuple[str, str], set[str]] = {}
+    for run in runs:
+        by_store.setdefault(tracking_target(run, workdir), set()).add(run.run_id)
+    found: dict[str, tuple[Any, str]] = {}
+    warnings: list[str] = []
+    for (uri, experiment), run_ids in by_store.items():
+        try:
+            finished = finished_runs(uri, experiment, run_ids)
+        except Exception as exc:  # noqa: BLE001 - an unreachable store: run them, as before
+            warnings.append(f"could not look for finished runs in {uri} ({type(exc).__name__}: {exc})")
+            continue
+        found.update({run_id: (mlflow_run, uri) for run_id, mlflow_run in finished.items()})
+    return found, warnings

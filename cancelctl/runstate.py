@@ -1,0 +1,52 @@
+"""The state of one run of a sweep, as `status` shows it; below launch and the executors.
+
+    unsubmitted  planned, no live submission (never submitted, or it never reached the scheduler)
+    queued       waiting for a local core, or being submitted right now
+    pending      in the scheduler's queue (incl. requeued)
+    running      started
+    completed    result.json written (the backend returned)
+    failed       the run raised, or its job died outside Python (scancel, OOM, node failure, timeout)
+    cancelled    stopped by `cancelctl cancel` or interrupted (Ctrl-C); resumable
+
+A rerun submits unsubmitted and cancelled runs, `--retry-failed` also failed ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+UNSUBMITTED, QUEUED, PENDING, RUNNING = "unsubmitted", "queued", "pending", "running"
+COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
+ACTIVE = (QUEUED, PENDING, RUNNING)
+TERMINAL = (COMPLETED, FAILED, CANCELLED)
+STATES = (UNSUBMITTED, QUEUED, PENDING, RUNNING, COMPLETED, FAILED, CANCELLED)
+
+
+@dataclass
+class RunState:
+    run_id: str
+    name: str
+    arm: str
+    seed: int
+    state: str
+    executor: str | None = None
+    job_id: str | None = None  # '812_3' (SLURM array task), a pid (local), None if never submitted
+    reason: str = ""  # why it failed / is pending, in one line
+    step: int | None = None  # last step in metrics.jsonl: where a run is, or where it ended
+    steps: int | None = None  # planned steps
+    attempts: int = 0  # job starts so far (requeues and retries included)
+    run_dir: Path | None = None
+    log: Path | None = None  # the scheduler's stderr log of the latest job
+    final: dict[str, float] = field(default_factory=dict)  # result.json metrics when completed
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    def to_json(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data["run_dir"] = str(self.run_dir) if self.run_dir else None
+        data["log"] = str(self.log) if self.log else None
+        return data

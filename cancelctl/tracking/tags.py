@@ -1,0 +1,55 @@
+"""The MLflow tags cancelctl puts on a run, in one place: set at launch (`run_tags`), read by
+collect (`TAG_COLUMNS`) and by the store lookups (`RUN_ID_TAG`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cancelctl.plan import RunSpec
+
+PREFIX = "cancelctl."
+RUN_ID_TAG = "cancelctl.run_id"  # authoritative: the MLflow run of a cancelctl run is found by it
+SWEEP_TAG = "cancelctl.sweep"
+ARM_TAG = "cancelctl.arm"
+SEED_TAG = "cancelctl.seed"
+GROUP_TAG = "cancelctl.group"
+G_TAG = "cancelctl.G"
+SPEC_HASH_TAG = "cancelctl.spec_hash"
+AXES_TAG = "cancelctl.axes"  # JSON {axis path: value}
+GIT_SHA_TAG = "cancelctl.git_sha"
+VERSION_TAG_PREFIX = "cancelctl.version."
+RUN_NAME_TAG = "mlflow.runName"
+MLFLOW_GIT_COMMIT_TAG = "mlflow.source.git.commit"
+
+TAG_COLUMNS = {  # tag set at launch -> column of collect's runs frame
+    SWEEP_TAG: "sweep",
+    ARM_TAG: "arm",
+    GROUP_TAG: "group",
+    SEED_TAG: "seed",
+    G_TAG: "G",
+    SPEC_HASH_TAG: "spec_hash",
+}
+
+
+def run_tags(run: RunSpec) -> dict[str, str]:
+    """The tags of a run's MLflow run (all strings, as MLflow stores them)."""
+    return {
+        SWEEP_TAG: run.sweep,
+        ARM_TAG: run.arm,
+        SEED_TAG: str(run.seed),
+        GROUP_TAG: run.group,
+        G_TAG: str(run.G),
+        SPEC_HASH_TAG: run.spec_hash,
+        AXES_TAG: json.dumps(run.axes, sort_keys=True, default=str),
+        RUN_ID_TAG: run.run_id,
+    }
+
+
+def tracking_target(run: RunSpec, workdir: Path) -> tuple[str, str]:
+    """(MLflow URI, experiment) of a run: the spec's, else the work dir's sqlite store and the sweep name."""
+    from cancelctl.tracking.uri import resolve_tracking_uri
+
+    return resolve_tracking_uri(run.spec.tracking.uri, workdir), run.spec.tracking.experiment or run.sweep

@@ -1,0 +1,221 @@
+"""The work-dir layout: where a sweep's files and a run's files live. Below launch, jobs, tracking
+and report, so none of them reaches into another for a path.
+
+    <workdir>/
+      mlflow.db, mlartifacts/       default MLflow store (sqlite) and its artifact root
+      cache/                        shared by runs (lab warm-start policies)
+      sweeps/<sweep>/
+        manifest.json, manifest.lock, submit.lock, driver.log
+        runs/<name>__<run_id>/      one RunFolder per run (readable: arm, grid point, seed, run id)
+        runs/<run_id>/              the same, as work dirs made before readable names: still used
+        submitit/                   scheduler scripts, pickles and logs
+
+A run's folder is found by its run id: a folder named by bare hash (older work dirs) or
+`<anything>__<run_id>` (a renamed arm keeps its folder) wins over making a new one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from cancelctl.fileio import read_json
+from cancelctl.manifest import ManifestStore
+
+SWEEPS = "sweeps"
+RUNS = "runs"
+MANIFEST_JSON = "manifest.json"
+
+# The files of a run folder (what writes each: see RunFolder).
+RUN_JSON = "run.json"
+METRICS_JSONL = "metrics.jsonl"
+SYNC_STATE = "sync_state.json"
+TRACKING_LOCK = ".tracking.lock"
+CHECKPOINT = "checkpoint.pt"
+RESULT_JSON = "result.json"
+ERROR_TXT = "error.txt"
+ERROR_PREV_TXT = "error.prev.txt"
+JOB_JSON = "job.json"
+ATTEMPTS_JSONL = "attempts.jsonl"
+
+ID_SEPARATOR = "__"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+@-]+")
+
+
+def run_folder_name(name: str, run_id: str) -> str:
+    """`gspo-G=8-s0__01be704be275`: readable in `ls`, still unique (the run id ends it)."""
+    readable = _UNSAFE.sub("_", name).strip("._")[:100]
+    return f"{readable}{ID_SEPARATOR}{run_id}" if readable else run_id
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """One run's folder and the files in it.
+
+    run.json (launch), metrics.jsonl + sync_state.json + .tracking.lock (tracking), checkpoint.pt
+    (backend), result.json / error.txt / error.prev.txt / job.json / attempts.jsonl (jobs)."""
+
+    path: Path
+
+    @property
+    def run_json(self) -> Path:
+        return self.path / RUN_JSON
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / METRICS_JSONL
+
+    @property
+    def sync_state(self) -> Path:
+        return self.path / SYNC_STATE
+
+    @property
+    def tracking_lock(self) -> Path:
+        return self.path / TRACKING_LOCK
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.path / CHECKPOINT
+
+    @property
+    def result(self) -> Path:
+        return self.path / RESULT_JSON
+
+    @property
+    def error(self) -> Path:
+        return self.path / ERROR_TXT
+
+    @property
+    def error_prev(self) -> Path:
+        return self.path / ERROR_PREV_TXT
+
+    @property
+    def job(self) -> Path:
+        return self.path / JOB_JSON
+
+    @property
+    def attempts(self) -> Path:
+        return self.path / ATTEMPTS_JSONL
+
+    @property
+    def sweep_manifest(self) -> Path:
+        """The manifest of the sweep this folder belongs to (runs/<folder> -> <sweep>/manifest.json)."""
+        return self.path.parent.parent / MANIFEST_JSON
+
+
+@dataclass(frozen=True)
+class SweepPaths:
+    workdir: Path
+    sweep: str
+
+    @property
+    def sweep_dir(self) -> Path:
+        return self.workdir / SWEEPS / self.sweep
+
+    @property
+    def manifest(self) -> Path:
+        return self.sweep_dir / MANIFEST_JSON
+
+    @property
+    def store(self) -> ManifestStore:
+        return ManifestStore(self.manifest)
+
+    @property
+    def submit_lock(self) -> Path:
+        """Held by a launcher while it talks to the scheduler, and by every sbatch it starts."""
+        return self.sweep_dir / "submit.lock"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.sweep_dir / RUNS
+
+    def run_dir(self, run_id: str, name: str | None = None) -> Path:
+        """The folder of run `run_id`: an existing one (bare hash, or any `*__<run_id>`), else
+        `<name>__<run_id>` (the bare hash when no name is given)."""
+        if name:
+            named = self.runs_dir / run_folder_name(name, run_id)
+            if named.is_dir():
+                return named
+        legacy = self.runs_dir / run_id
+        if legacy.is_dir():
+            return legacy
+        found = self._existing_folders.get(run_id)
+        if found is None and not name:
+            found = _scan(self.runs_dir).get(run_id)  # made since this object first looked
+        if found is not None:
+            return self.runs_dir / found
+        return self.runs_dir / run_folder_name(name, run_id) if name else legacy
+
+    def run_folder(self, run_id: str, name: str | None = None) -> RunFolder:
+        return RunFolder(self.run_dir(run_id, name))
+
+    @functools.cached_property
+    def _existing_folders(self) -> dict[str, str]:
+        return _scan(self.runs_dir)
+
+    @property
+    def submitit_dir(self) -> Path:
+        return self.sweep_dir / "submitit"
+
+    @property
+    def driver_log(self) -> Path:
+        return self.sweep_dir / "driver.log"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.workdir / "cache"
+
+
+def _scan(runs_dir: Path) -> dict[str, str]:
+    """run id -> folder name of every `<name>__<run_id>` folder (one directory listing)."""
+    try:
+        entries = os.listdir(runs_dir)
+    except OSError:
+        return {}
+    return {entry.rpartition(ID_SEPARATOR)[2]: entry for entry in entries if ID_SEPARATOR in entry}
+
+
+def sweep_paths(workdir: Path, sweep: str) -> SweepPaths:
+    return SweepPaths(Path(workdir).resolve(), sweep)
+
+
+def known_sweeps(workdir: Path) -> list[str]:
+    root = Path(workdir) / SWEEPS
+    if not root.is_dir():
+        return []
+    return sorted(p.parent.name for p in root.glob(f"*/{MANIFEST_JSON}"))
+
+
+def latest_sweep(workdir: Path) -> str | None:
+    """The sweep launched last in `workdir` (None if there is none)."""
+    best: tuple[float, str] | None = None
+    for name in known_sweeps(workdir):
+        try:
+            manifest = sweep_paths(workdir, name).store.load()
+        except (OSError, ValueError):
+            continue
+        stamp = manifest.launched_at or manifest.created_at
+        if best is None or stamp > best[0]:
+            best = (stamp, name)
+    return best[1] if best else None
+
+
+def existing_sweep(workdir: Path, sweep: str | None) -> SweepPaths:
+    """Paths of `sweep` (the latest when None); FileNotFoundError when there is no such sweep."""
+    name = sweep or latest_sweep(workdir)
+    if name is None:
+        raise FileNotFoundError(f"no sweep has been launched in {Path(workdir).resolve()}")
+    paths = sweep_paths(workdir, name)
+    if not paths.store.exists():
+        raise FileNotFoundError(f"no sweep {name!r} in {paths.workdir} (known: {', '.join(known_sweeps(workdir)) or 'none'})")
+    return paths
+
+
+def sweep_run_records(workdir: Path, sweep: str) -> list[dict]:
+    """The run.json records of a sweep's run folders (unreadable ones skipped), in folder order."""
+    runs_dir = sweep_paths(workdir, sweep).runs_dir
+    records = (read_json(path) for path in sorted(runs_dir.glob(f"*/{RUN_JSON}")))
+    return [record for record in records if isinstance(record, dict)]

@@ -1,0 +1,136 @@
+"""The SLURM executor's pieces that need no cluster: parameter checks, array planning, the sbatch
+golden file, sacct job ids (the live-cluster tests are in tests/slurm/)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from sweep_files import write_sweep
+
+from cancelctl.errors import SpecError
+from cancelctl.executors import slurm_commands as slurm_mod
+from cancelctl.launch import launch_sweep
+from cancelctl.plan import load_sweep
+from cancelctl.spec import ExperimentSpec
+
+GOLDEN = Path(__file__).resolve().parents[1] / "slurm" / "golden" / "array.sbatch"
+
+
+def test_slurm_dry_run_one_array_per_shape_chunked_to_max_array_size(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm_mod, "max_array_size", lambda: 3)
+    arms = {
+        "small": {"algorithm": {"loss": "grpo"}},
+        "small2": {"algorithm": {"loss": "gspo"}},
+        "big": {"algorithm": {"loss": "dapo"}, "cluster": {"cpus_per_task": 2}},
+    }
+    sweep = load_sweep(write_sweep(tmp_path, "arrays", arms=arms, seeds=(0, 1), base={"executor": "slurm"}))
+    result = launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True)
+    assert result.executor == "slurm" and not (tmp_path / "w").exists()
+    sizes = [len(a.run_ids) for a in result.arrays]
+    assert sizes == [3, 1, 2]  # 4 runs of one shape cut to MaxArraySize 3, then the 2-CPU shape
+    assert "#SBATCH --array=0-2%3" in result.arrays[0].script
+    assert "#SBATCH --cpus-per-task=2" in result.arrays[2].script
+    by_run = {run_id for a in result.arrays for run_id in a.run_ids}
+    assert by_run == {r.run_id for r in sweep.runs}
+
+
+def golden_shape(tmp_path: Path) -> slurm_mod.JobShape:
+    spec = ExperimentSpec.model_validate(
+        {
+            "executor": "slurm",
+            "cluster": {
+                "partition": "gpu",
+                "account": "rl-lab",
+                "qos": "normal",
+                "gpus_per_node": 8,
+                "cpus_per_task": 16,
+                "mem_gb": 200,
+                "time_min": 240,
+                "array_parallelism": 4,
+                "container_image": "/images/cancelctl.sqsh",
+                "container_runtime": "pyxis",
+                "setup": ["module load cuda/12.4", "export NCCL_DEBUG=WARN"],
+                "additional": {"constraint": "a100", "mail-type": "FAIL"},
+            },
+        }
+    )
+    return slurm_mod.job_shape(spec, Path("/scratch/work"))
+
+
+def test_sbatch_script_matches_golden_file(tmp_path):
+    """The one place that renders sbatch scripts (submitit's renderer with cancelctl's entry).
+    Regenerate after an intended change: CANCELCTL_UPDATE_GOLDEN=1 pytest -k golden."""
+    shape = golden_shape(tmp_path)
+    script = slurm_mod.render_sbatch(
+        shape,
+        folder=Path("/scratch/work/sweeps/demo/submitit"),
+        token="0123456789",
+        n_tasks=6,
+        job_name=slurm_mod.job_name("demo", "0123456789"),
+        comment=slurm_mod.job_comment("demo", ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]),
+    )
+    if os.environ.get("CANCELCTL_UPDATE_GOLDEN"):
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(script)
+    assert script == GOLDEN.read_text()
+
+
+def test_container_runtimes(tmp_path):
+    shape = golden_shape(tmp_path)
+    assert shape.python == "python" and "--container-image=/images/cancelctl.sqsh" in shape.parameters["srun_args"]
+    spec = ExperimentSpec.model_validate(
+        {"cluster": {"container_image": "/images/c.sif", "container_runtime": "apptainer", "gpus_per_node": 1}}
+    )
+    apptainer = slurm_mod.job_shape(spec, Path("/w"))
+    assert apptainer.python == "apptainer exec --nv --bind /w:/w /images/c.sif python"
+    assert "srun_args" not in apptainer.parameters
+    plain = slurm_mod.job_shape(ExperimentSpec(), Path("/w"))
+    assert plain.python == sys.executable and "gpus_per_node" not in plain.parameters
+
+
+@pytest.mark.parametrize(
+    ("additional", "message"),
+    [
+        ({"job-name": "x"}, "set by cancelctl"),
+        ({"array": "0-3"}, "set by cancelctl"),
+        ({"bad flag!": "1"}, "not an sbatch option name"),
+        ({"mail-user": "a@b\nc"}, "one line"),
+        ({"nodes": 2}, "set cluster.nodes instead"),
+        ({"cpus-per-task": 2}, "set cluster.cpus_per_task instead"),
+        ({"exclusive": "user", "constraint": "a100", "mail-user": "a@b"}, None),
+    ],
+)
+def test_bad_cluster_settings_are_refused_before_submission(tmp_path, additional, message):
+    spec = ExperimentSpec.model_validate({"executor": "slurm", "cluster": {"additional": additional}})
+    if message is None:  # submitit's own names go through submitit, others become raw sbatch flags
+        shape = slurm_mod.job_shape(spec, tmp_path)
+        slurm_mod.check_shape(shape)
+        assert shape.parameters["exclusive"] == "user" and shape.parameters["additional_parameters"] == {"mail-user": "a@b"}
+        return
+    with pytest.raises(SpecError, match=message):
+        slurm_mod.check_shape(slurm_mod.job_shape(spec, tmp_path))
+
+
+def test_unknown_submitit_parameter_is_refused(tmp_path):
+    shape = slurm_mod.job_shape(ExperimentSpec(executor="slurm"), tmp_path)
+    bad = replace(shape, parameters={**shape.parameters, "gpus_per_nod": 1})
+    with pytest.raises(SpecError, match="not a submitit SLURM parameter"):
+        slurm_mod.check_shape(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("812_3", [("812", 3)]),
+        ("812_[0-2,5%4]", [("812", 0), ("812", 1), ("812", 2), ("812", 5)]),
+        ("812_[7]", [("812", 7)]),
+        ("812", [("812", 0)]),
+        ("812_3.batch", []),
+    ],
+)
+def test_job_ids_from_sacct(text, expected):
+    assert slurm_mod.expand_job_id(text) == expected

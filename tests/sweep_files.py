@@ -1,0 +1,31 @@
+"""Sweep files for the launch and executor tests: a tiny lab sweep of a few seconds per run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+# A lab run of a few seconds (most of it importing torch and MLflow).
+TINY_LAB = {"d_model": 16, "n_layers": 1, "n_heads": 2, "warmstart_steps": 5, "checkpoint_every": 2, "max_operand": 5}
+
+
+def write_sweep(directory: Path, name: str, *, arms=None, seeds=(0, 1), steps=4, base=None, **top) -> Path:
+    spec = {
+        "name": name,
+        "base": {
+            "backend": "lab",
+            "lab": dict(TINY_LAB),
+            "rollout": {"G": 2},
+            "budget": {"steps": steps, "prompts_per_step": 4},
+            "eval": {"every": 2, "k": 1, "prompts": 4},
+            "algorithm": {"lr": 1.0e-3},
+            **(base or {}),
+        },
+        "arms": arms or {"grpo": {"algorithm": {"loss": "grpo"}}, "gspo": {"algorithm": {"loss": "gspo"}}},
+        "seeds": list(seeds),
+        **top,
+    }
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path

@@ -1,0 +1,54 @@
+"""Planning's preflight: a backend's launch refusals (registered by the backend, found by planning)
+stop a launch before anything is written, naming the arm's file:line."""
+
+from __future__ import annotations
+
+import pytest
+
+from cancelctl import preflight
+from cancelctl.errors import SpecError
+from cancelctl.launch import launch_sweep
+from cancelctl.plan import load_sweep
+
+SWEEP = """\
+name: pre
+base:
+  backend: {backend}
+  rollout: {{G: 2}}
+{extra}arms:
+  gspo:
+    algorithm: {{loss: gspo}}
+  dfpo:
+    algorithm: {{loss: dfpo}}
+seeds: [0, 1]
+"""
+VERL_BASE = """\
+  data: {train_files: [train.parquet], val_files: [val.parquet]}
+  model: {path: Qwen/Qwen2.5-0.5B}
+"""
+
+
+def test_verl_refuses_what_it_cannot_run_yet_before_anything_is_written(write_yaml, tmp_path):
+    path = write_yaml(SWEEP.format(backend="verl", extra=VERL_BASE))
+    sweep = load_sweep(path, allow_unmatched=True)
+    with pytest.raises(SpecError) as caught:
+        launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True)
+    assert caught.value.title == "the verl backend cannot launch these runs yet; nothing submitted"
+    text = caught.value.render()
+    assert f"{path}:10:3" in text and "arms.dfpo" in text and "algorithm.loss dfpo" in text  # where the arm is
+    assert "2 runs: dfpo-s0, dfpo-s1" in text and "arms.gspo" not in text
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_backend_hook_registered_by_name_is_used(write_yaml, tmp_path):
+    sweep = load_sweep(write_yaml(SWEEP.format(backend="lab", extra="")), allow_unmatched=True)
+    assert launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True).submitted  # the lab refuses nothing
+    preflight.register_launch_refusals("lab", lambda run: ["seed 1 is cursed"] if run.seed == 1 else [])
+    try:
+        with pytest.raises(SpecError) as caught:
+            launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True)
+        assert caught.value.title == "the lab backend cannot launch these runs yet; nothing submitted"
+        text = caught.value.render()
+        assert "1 run: gspo-s1" in text and "1 run: dfpo-s1" in text and "s0" not in text
+    finally:
+        preflight._REFUSALS.pop("lab")
