@@ -151,6 +151,18 @@ class DrivenExecutor(Executor):
             self._stop_process(state, signalled)
         return stopped
 
+    def wait_stopped(self, job_ids: Sequence[str], deadline: float) -> None:
+        """A run records INTERRUPTED before its process has exited (MLflow closing, interpreter
+        teardown): return only once the stopped processes are gone, so a cancel leaves none behind."""
+        pids = sorted({int(job_id) for job_id in job_ids if job_id.isdigit()} - {os.getpid()})
+        while True:
+            running = [pid for pid in pids if _running(pid)]
+            if not running:
+                return
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"processes {', '.join(map(str, running))} still running after cancel")
+            time.sleep(0.1)
+
     def _stop_process(self, state: RunState, signalled: dict[str, float]) -> None:
         """SIGINT to the run's own process first (it records INTERRUPTED and closes its MLflow run
         KILLED), SIGKILL to it and its controller after a grace. A controller whose run has not
@@ -175,6 +187,15 @@ class DrivenExecutor(Executor):
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (a zombie has exited; only its parent's wait is due)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def main(executor: DrivenExecutor, argv: list[str]) -> int:
