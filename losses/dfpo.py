@@ -8,7 +8,9 @@
    of rows). Clipped rows are not zeroed: the clip only shapes the value of s̄ (SPEC 3).
 4. Ablations [D Table 3]: `stop_grad=False` keeps s̃(θ) differentiable and minimises
    −Σ_i Â_i s̃_i(θ) ℓ_i(θ), ℓ_i the row's mean log-prob (SPEC 4); `scale=c` uses s̃ = c·s̄, no transform.
-5. Partial groups are refused (`losses.groups.require_whole_groups`).
+5. Partial groups are refused (`losses.groups.require_whole_groups`). G is `policy_loss.group_size`,
+   else verl's `rollout_n`, else the size most groups have. Zero-token rows (verl V1's padding
+   rows) take no part in the check: their loss terms are masked out anyway.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from losses.advantages import row_advantages
 from losses.aggregation import aggregate, masked_mean
 from losses.config import DEFAULT_CONFIG, TRANSFORMS, clip_bounds, policy_option
 from losses.groups import group_index, require_whole_groups
-from losses.metrics import group_asymmetry, ortho_residual, pg_metrics
+from losses.metrics import group_asymmetry, ortho_residual, pg_metrics, weight_dispersion
 from losses.ratios import compute_float, sequence_ratio, sign_aware_clip
 from losses.transforms import apply_transform
 
@@ -55,7 +57,8 @@ def dfpo(
     index = group_index(torch.as_tensor(group_ids, device=log_prob.device))
     if index.inverse.numel() != log_prob.shape[0]:
         raise ValueError(f"dfpo: group_ids has {index.inverse.numel()} entries for {log_prob.shape[0]} rows")
-    require_whole_groups(index, policy_option(config, "group_size", None))
+    group_size, size_from = expected_group_size(config)
+    require_whole_groups(index, group_size, rows=response_mask.bool().any(-1), size_from=size_from)
 
     adv = row_advantages(compute_float(advantages), response_mask)  # Â_i [N]
     clip_low, clip_high = clip_bounds(config)
@@ -85,6 +88,21 @@ def dfpo(
         masked_mean(clipped_rows, response_mask),
         masked_mean(old_log_prob - log_prob, response_mask),
         post_clip.new_zeros(()),
-        **{"dfpo/asym": group_asymmetry(exact, adv, index), "dfpo/ortho_residual": ortho_residual(exact, adv, index)},
+        **{
+            "dfpo/asym": group_asymmetry(exact, adv, index),
+            "dfpo/ortho_residual": ortho_residual(exact, adv, index),
+            "dfpo/weight_dispersion": weight_dispersion(exact, adv, index),
+        },
     )
     return loss, metrics
+
+
+def expected_group_size(config: Any) -> tuple[int | None, str]:
+    """(G, where it came from): `policy_loss.group_size`, else verl's ActorConfig `rollout_n`."""
+    size = policy_option(config, "group_size", None)
+    if size is not None:
+        return int(size), "policy_loss.group_size"
+    rollout_n = getattr(config, "rollout_n", None)
+    if isinstance(rollout_n, int) and rollout_n > 0:
+        return rollout_n, "actor.rollout_n"
+    return None, "policy_loss.group_size"

@@ -7,8 +7,9 @@ registered `cancel_*` losses read them as `config.policy_loss.<field>`. Defaults
 defaults (cancelctl/spec.py), a test keeps them in step.
 
 Field names: the DFPO ones are those `losses.dfpo` reads (`losses.config.policy_option`); the
-wrapper ones (inject_*, probe, monitor_delta) are what the verl plugin is to read to apply the
-token-weight wrappers of `losses.weights` inside verl.
+wrapper ones (inject_*, probe) are what the verl plugin reads to apply the token-weight wrappers of
+`losses.weights` inside verl; monitor_delta, mechanism_every and energy_buckets set the SPEC
+mechanism metrics the plugin adds to the loss's metrics.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ class CancelPolicyLossConfig(PolicyLossConfig):
         inject_noise_seed: seed of the noise generator (the run's seed).
         probe: "positive_only" / "negative_only" row masks [C §3.2]; None = off.
         monitor_delta: delta of the hacking/J monitor metric [H eq. 23].
+        mechanism_every: compute `cancel/energy_b{k}` and `cancel/flip_pos|neg` on every K-th loss
+            call (micro-batch) of a worker; 0 = off (SPEC: optional, their cost is in
+            benchmarks/bench_verl_update.py). verl gives a loss no step counter: with M micro-batches
+            per step, K = M·k is every k steps.
+        energy_buckets: token-frequency buckets of `cancel/energy_b{k}` [D eq. 24].
     """
 
     transform: str = "min_replace"
@@ -54,6 +60,8 @@ class CancelPolicyLossConfig(PolicyLossConfig):
     inject_noise_seed: int = 0
     probe: Optional[str] = None
     monitor_delta: float = 2.0
+    mechanism_every: int = 0
+    energy_buckets: int = 4
 
     def __post_init__(self):
         parent_post_init = getattr(super(), "__post_init__", None)
@@ -66,5 +74,9 @@ class CancelPolicyLossConfig(PolicyLossConfig):
             raise ValueError(f"policy_loss.probe {self.probe!r}: expected one of {PROBES} or null")
         if self.scale is not None and self.scale <= 0:
             raise ValueError(f"policy_loss.scale must be > 0, got {self.scale}")
+        if self.mechanism_every < 0:
+            raise ValueError(f"policy_loss.mechanism_every must be >= 0 (0 = off), got {self.mechanism_every}")
+        if self.energy_buckets < 1:
+            raise ValueError(f"policy_loss.energy_buckets must be >= 1, got {self.energy_buckets}")
         if self.inject_delta_p_low <= 0 or self.inject_delta_p_low >= 1:
             raise ValueError(f"policy_loss.inject_delta_p_low must be in (0, 1), got {self.inject_delta_p_low}")
