@@ -172,40 +172,54 @@ def build_batch(tokenizer_pad: int, rollout_log_probs: bool, pad_rows: int = 0):
 
 
 def run_scenario(model_path: Path, scenario: dict, out_dir: Path) -> dict:
-    import torch
-    from verl import DataProto
-    from verl.utils import tensordict_utils as tu
-    from verl.workers.engine_workers import ActorRolloutRefWorker
-    from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
-
-    if not torch.distributed.is_initialized():  # verl would ask for "cpu:gloo,cpu:gloo" (utils/distributed.py:89)
-        torch.distributed.init_process_group(backend="gloo", rank=0, world_size=1)
-    t0 = time.perf_counter()
-    cfg = actor_config(model_path, scenario)
-    t1 = time.perf_counter()
-    worker = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="actor")
-    worker.init_model()
-    module = worker.actor.engine.module
-    t2 = time.perf_counter()
-    before = _params(module)
-    batch, with_rollout = build_batch(VOCAB - 2, scenario.get("rollout_log_probs", True), scenario.get("pad_rows", 0))
-
-    td = left_right_2_no_padding(batch.to_tensordict())
-    tu.assign_non_tensor(td, calculate_entropy=True, calculate_sum_pi_squared=False, compute_loss=False, temperature=1.0)
-    output = worker.compute_log_prob(td)
-    old = no_padding_2_padding(tu.get(output, "log_probs"), td).float()
-    batch.batch["old_log_probs"] = old
-    if with_rollout:  # an inference engine's log-probs: θ_old's plus a small mismatch
-        noise = torch.randn(old.shape, generator=torch.Generator().manual_seed(2)) * 0.05
-        batch.batch["rollout_log_probs"] = old + noise * batch.batch["response_mask"]
-
-    rows = PROMPTS * G
-    mini = scenario.get("mini_batch_prompts", PROMPTS) * G
-    timings = []
-    metrics_out = None
+    """Build the worker and take the scenario's steps; saves the parameter change."""
+    case = Case(model_path, scenario)
     for _ in range(scenario.get("steps", 2)):  # step 2 is off-policy: the clips act
+        case.step()
+    return case.finish(out_dir)
+
+
+class Case:
+    """One scenario's worker, batch and θ_old log-probs; `step()` is one timed `update_actor` call."""
+
+    def __init__(self, model_path: Path, scenario: dict):
+        import torch
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.engine_workers import ActorRolloutRefWorker
+        from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
+
+        if not torch.distributed.is_initialized():  # verl would ask for "cpu:gloo,cpu:gloo" (utils/distributed.py:89)
+            torch.distributed.init_process_group(backend="gloo", rank=0, world_size=1)
+        self.scenario = scenario
+        self.timings: list[float] = []
+        self.metrics: dict = {}
+        t0 = time.perf_counter()
+        cfg = actor_config(model_path, scenario)
+        t1 = time.perf_counter()
+        self.worker = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="actor")
+        self.worker.init_model()
+        self.setup = [t1 - t0, time.perf_counter() - t1]
+        self.before = _params(self.worker.actor.engine.module)
+        batch, with_rollout = build_batch(VOCAB - 2, scenario.get("rollout_log_probs", True), scenario.get("pad_rows", 0))
         td = left_right_2_no_padding(batch.to_tensordict())
         tu.assign_non_tensor(
+            td, calculate_entropy=True, calculate_sum_pi_squared=False, compute_loss=False, temperature=1.0
+        )
+        output = self.worker.compute_log_prob(td)
+        old = no_padding_2_padding(tu.get(output, "log_probs"), td).float()
+        batch.batch["old_log_probs"] = old
+        if with_rollout:  # an inference engine's log-probs: θ_old's plus a small mismatch
+            noise = torch.randn(old.shape, generator=torch.Generator().manual_seed(2)) * 0.05
+            batch.batch["rollout_log_probs"] = old + noise * batch.batch["response_mask"]
+        self.batch = batch
+
+    def step(self) -> None:
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import left_right_2_no_padding
+
+        mini = self.scenario.get("mini_batch_prompts", PROMPTS) * G
+        td = left_right_2_no_padding(self.batch.to_tensordict())
+        tu.assign_non_tensor(  # what the trainer's _update_actor adds (ray_trainer.py:1355-1366)
             td,
             calculate_entropy=False,
             distillation_use_topk=False,
@@ -219,14 +233,26 @@ def run_scenario(model_path: Path, scenario: dict, out_dir: Path) -> dict:
             temperature=1.0,
         )
         start = time.perf_counter()
-        out = worker.update_actor(td)
-        timings.append(time.perf_counter() - start)
-        metrics_out = tu.get(out, "metrics")
-    after = _params(module)
-    delta = {k: after[k] - before[k] for k in before}
-    torch.save(delta, out_dir / f"{scenario['name']}.pt")
-    metrics = {k: _number(v) for k, v in (metrics_out or {}).items()}
-    return {"metrics": metrics, "seconds": timings, "rows": rows, "setup": [t1 - t0, t2 - t1]}
+        out = self.worker.update_actor(td)
+        self.timings.append(time.perf_counter() - start)
+        self.metrics = {k: _number(v) for k, v in tu.get(out, "metrics").items()}
+
+    def finish(self, out_dir: Path) -> dict:
+        import torch
+
+        after = _params(self.worker.actor.engine.module)
+        torch.save({k: after[k] - self.before[k] for k in after}, out_dir / f"{self.scenario['name']}.pt")
+        return {"metrics": self.metrics, "seconds": self.timings, "rows": PROMPTS * G, "setup": self.setup}
+
+
+def run_round_robin(model_path: Path, scenarios: list[dict], out_dir: Path, steps: int) -> dict:
+    """Benchmark mode: every scenario's worker first, then `steps` rounds of one step each, so a
+    machine-load drift hits every case alike."""
+    cases = [Case(model_path, sc) for sc in scenarios]
+    for _ in range(steps):
+        for case in cases:
+            case.step()
+    return {case.scenario["name"]: case.finish(out_dir) for case in cases}
 
 
 def _params(module) -> dict:
@@ -259,7 +285,12 @@ def main(scenarios_path: str, out: str) -> int:
         build_model(model_path)
     results = {}
     start = time.perf_counter()
-    for scenario in json.loads(Path(scenarios_path).read_text()):
+    scenarios = json.loads(Path(scenarios_path).read_text())
+    rounds = int(os.environ.get("VERL_ACTOR_RUN_ROUND_ROBIN", "0"))
+    if rounds:
+        results = run_round_robin(model_path, scenarios, out_dir, rounds)
+        scenarios = []
+    for scenario in scenarios:
         try:
             results[scenario["name"]] = run_scenario(model_path, scenario, out_dir)
         except Exception as exc:  # recorded per scenario: a refusal is an expected outcome of some
