@@ -47,13 +47,15 @@ def require_whole_groups(
     rows: torch.Tensor | None = None,
     fix: str = "keep every group inside one micro-batch, or compute s~ over the whole mini-batch first",
     size_from: str = "policy_loss.group_size",
+    labels: list | None = None,
 ) -> None:
     """Refuse partial groups (SPEC "DFPO, exactly" 5): every group has `expected_size` rows or,
     when that is unknown, the size most groups have (a group that differs is the partial one).
 
     `rows` (bool [N]) marks the rows that count; the others (verl V1's zero-token padding rows,
     trainer/ppo/padding_utils.py:144-190) take no part, and a group made only of them is ignored.
-    `fix` ends the message: what the caller's user should change."""
+    `fix` ends the message: what the caller's user should change; `labels[id]` names a group id
+    (verl's uid string) in it."""
     counts = index.counts
     if rows is not None:
         counts = torch.bincount(index.inverse[rows.bool()], minlength=index.num_groups)
@@ -70,7 +72,11 @@ def require_whole_groups(
     n_bad, first_bad, size = torch.stack([differs.sum(), differs.int().argmax(), expected]).tolist()  # one sync
     if n_bad:
         raise ValueError(
-            f"{what}: group id {index.ids[first_bad].item()} has {counts[first_bad].item()} rows but {source} "
+            f"{what}: group {_label(index.ids[first_bad].item(), labels)} has {counts[first_bad].item()} rows but {source} "
             f"say G={size} ({n_bad} of {int(present.sum())} groups differ). The group transform needs whole "
             f"groups (SPEC 'DFPO, exactly' 5): {fix}."
         )
+
+
+def _label(group_id: int, labels: list | None) -> str:
+    return f"id {group_id}" if labels is None else f"{labels[group_id]!r}"

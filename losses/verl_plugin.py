@@ -36,8 +36,9 @@ with `inject_noise_seed`. TIS is verl's own `algorithm.rollout_correction` (SPEC
 Mechanism metrics (SPEC table, one implementation in `losses.metrics`) are added to each loss's
 metrics dict, which verl averages over micro-batches and ranks and logs as `actor/<key>` (the job's
 metrics forwarder maps them back to the SPEC keys): `hacking/J` (per micro-batch sum scaled to the
-mini-batch, i.e. × global rows / micro-batch rows), `mismatch/*` when the micro-batch has
-`rollout_log_probs`, `dfpo/asym` and `dfpo/weight_dispersion` of the weights actually used (over
+mini-batch, i.e. × global rows / micro-batch rows; the lab's is over the step's batch, equal with
+one mini-batch per step), `mismatch/*` when the micro-batch has `rollout_log_probs` (verl stores them
+with `rollout.calculate_log_probs=True`; per micro-batch, so `rho_max` is a mean of maxima), `dfpo/asym` and `dfpo/weight_dispersion` of the weights actually used (over
 the micro-batch's groups), and — on every `mechanism_every`-th loss call of a worker, 0 = off —
 `cancel/energy_b{k}` (output-layer proxy, `losses.metrics.output_energy_proxy`) and
 `cancel/flip_pos|neg` (log-prob at this forward vs θ_old: a row's movement since the step began,
@@ -100,20 +101,20 @@ class MicroBatch:
         self.data = data
         self.model_output = model_output
         self._group_ids: torch.Tensor | None = None
+        self.labels: list = []
+
+    def has_uids(self) -> bool:
+        return "uid" in self.data.keys()
 
     def uids(self) -> list:
-        if "uid" not in self.data.keys():
-            raise ValueError(
-                "verl's micro-batch has no 'uid' field: a group loss needs the group id of every row "
-                "(verl's trainers set data['uid'] per prompt)"
-            )
         return list(self.data["uid"])
 
     def group_ids(self, device: torch.device) -> torch.Tensor:
-        """[N] long: row i's group, numbered by first appearance of its uid."""
+        """[N] long: row i's group, numbered 0, 1, ... by first appearance of its uid (`self.labels`)."""
         if self._group_ids is None:
             numbers: dict = {}
             self._group_ids = torch.tensor([numbers.setdefault(u, len(numbers)) for u in self.uids()], device=device)
+            self.labels = list(numbers)
         return self._group_ids
 
     def padded(self, key: str) -> torch.Tensor | None:
@@ -271,6 +272,7 @@ def micro_batch_group_ids(name: str, micro_batch: MicroBatch, response_mask: tor
         rows=response_mask.bool().any(-1),
         fix=SPLIT_GROUPS_FIX,
         size_from=size_from,
+        labels=micro_batch.labels,
     )
     return group_ids
 
@@ -284,7 +286,7 @@ def mechanism_metrics(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     config,
-    group_ids: torch.Tensor,
+    group_ids: torch.Tensor | None,
     energy_now: bool,
 ) -> dict[str, float]:
     """The SPEC mechanism keys for this micro-batch (see the module docstring for their scope)."""
@@ -299,7 +301,7 @@ def mechanism_metrics(
     rollout_log_prob = micro_batch.padded("rollout_log_probs")
     if rollout_log_prob is not None:
         out.update(mismatch_metrics(old_log_prob, rollout_log_prob.to(old_log_prob.device), response_mask))
-    if name not in NEEDS_GROUPS:  # dfpo reports the s̃ it used itself
+    if name not in NEEDS_GROUPS and group_ids is not None:  # dfpo reports the s̃ it used itself
         low, high = clip_bounds(config)
         w = row_weights(name, log_prob, old_log_prob, row_adv, response_mask, low, high)
         index = group_index(group_ids[rows])
@@ -349,8 +351,13 @@ def verl_loss(name: str) -> LossFn:
                 )
         if micro_batch is not None and group_ids is None:
             if name in NEEDS_GROUPS:
+                if not micro_batch.has_uids():
+                    raise ValueError(
+                        f"{PREFIX}{name} needs the group id (uid) of every row, but verl's micro-batch has no "
+                        "'uid' field (verl's trainers set data['uid'] per prompt)"
+                    )
                 group_ids = micro_batch_group_ids(name, micro_batch, response_mask, config)
-            else:  # only the asym / dispersion metrics use them: no whole-group requirement
+            elif micro_batch.has_uids():  # only the asym / dispersion metrics use them: no whole-group check
                 group_ids = micro_batch.group_ids(response_mask.device)
         loss, metrics = configured_loss(loss_fn, config)(
             old_log_prob=old_log_prob,
