@@ -32,7 +32,7 @@ def wrap_loss(
     """`loss_fn` wrapped as `options` ask; `noise_generator` feeds inject_noise [H eq. 21]."""
     if options.probe is not None:
         if options.probe not in _PROBE_WRAPPERS:
-            raise ValueError(f"probe {options.probe!r}; expected one of {', '.join(PROBES)}")
+            raise ValueError(f"policy_loss.probe={options.probe!r}; expected one of {', '.join(PROBES)}")
         loss_fn = _PROBE_WRAPPERS[options.probe](loss_fn)
     if options.inject_delta is not None:
         loss_fn = inject_delta(loss_fn, delta=options.inject_delta, p_low=options.inject_delta_p_low)

@@ -40,24 +40,43 @@ def group_mean(values: torch.Tensor, index: GroupIndex) -> torch.Tensor:
     return group_sum(values, index) / index.counts.to(values.dtype)
 
 
-def require_whole_groups(index: GroupIndex, expected_size: int | None = None, what: str = "dfpo") -> None:
+def require_whole_groups(
+    index: GroupIndex,
+    expected_size: int | None = None,
+    what: str = "dfpo",
+    rows: torch.Tensor | None = None,
+    fix: str = "keep every group inside one micro-batch, or compute s~ over the whole mini-batch first",
+    size_from: str = "policy_loss.group_size",
+    labels: list | None = None,
+) -> None:
     """Refuse partial groups (SPEC "DFPO, exactly" 5): every group has `expected_size` rows or,
-    when that is unknown, the size most groups have (a group that differs is the partial one)."""
+    when that is unknown, the size most groups have (a group that differs is the partial one).
+
+    `rows` (bool [N]) marks the rows that count; the others (verl V1's zero-token padding rows,
+    trainer/ppo/padding_utils.py:144-190) take no part, and a group made only of them is ignored.
+    `fix` ends the message: what the caller's user should change; `labels[id]` names a group id
+    (verl's uid string) in it."""
     counts = index.counts
+    if rows is not None:
+        counts = torch.bincount(index.inverse[rows.bool()], minlength=index.num_groups)
     if counts.numel() == 0:
         return
+    present = counts > 0
     if expected_size is None:
-        expected = torch.bincount(counts).argmax()  # most common size; ties → the smaller
-        source = "the other groups"
+        expected = torch.bincount(counts[present]).argmax() if bool(present.any()) else counts.new_zeros(())
+        source = "the other groups"  # most common size; ties → the smaller
     else:
         expected = torch.tensor(int(expected_size), device=counts.device)
-        source = "policy_loss.group_size"
-    differs = counts != expected
+        source = size_from
+    differs = (counts != expected) & present
     n_bad, first_bad, size = torch.stack([differs.sum(), differs.int().argmax(), expected]).tolist()  # one sync
     if n_bad:
         raise ValueError(
-            f"{what}: group id {index.ids[first_bad].item()} has {counts[first_bad].item()} rows but {source} "
-            f"say G={size} ({n_bad} of {counts.numel()} groups differ). The group transform needs whole groups: "
-            "keep every group inside one micro-batch, or compute s~ over the whole mini-batch first "
-            "(SPEC 'DFPO, exactly' 5)."
+            f"{what}: group {_label(index.ids[first_bad].item(), labels)} has {counts[first_bad].item()} rows but {source} "
+            f"say G={size} ({n_bad} of {int(present.sum())} groups differ). The group transform needs whole "
+            f"groups (SPEC 'DFPO, exactly' 5): {fix}."
         )
+
+
+def _label(group_id: int, labels: list | None) -> str:
+    return f"id {group_id}" if labels is None else f"{labels[group_id]!r}"

@@ -1,7 +1,12 @@
-"""Per-step metrics of SPEC's table that need only batch tensors; python floats out.
+"""Per-step metrics of SPEC's table that need only batch tensors: one implementation, used by the
+CPU lab (cancelctl/backends/lab) and inside verl (losses/verl_plugin.py).
 
 Every loss returns the same keys on every call (verl averages metrics over DP ranks and needs
 equal counts): `actor/pg_clipfrac`, `actor/ppo_kl`, `actor/pg_clipfrac_lower`, plus its own.
+
+The gradient-energy metric [D eq. 24] takes per-token squared gradient norms of the output layer:
+the lab computes them exactly (`‖g_t‖²‖h_t‖²` from autograd); inside verl's loss only the chosen
+token's log-prob is visible, so `output_energy_proxy` gives [C eq. 6-7] from what is there.
 """
 
 from __future__ import annotations
@@ -81,6 +86,91 @@ def ortho_residual(
     index = _index(group_ids)
     x = weights.detach().to(torch.float64) * advantages.detach().to(torch.float64)
     return group_sum(x, index).abs().mean()
+
+
+def weight_dispersion(
+    weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor | GroupIndex
+) -> torch.Tensor:
+    """Mean over groups of std_i(w_i) / |mean_i(w_i)| (population std; SPEC `dfpo/weight_dispersion`).
+
+    Beside `group_asymmetry`: with w constant in a group, Var_i(w Â_i) = w²·Var(Â), so [D eq. 23] as
+    printed barely separates min-replace from GSPO; the paper's argument is about the dispersion of w.
+    A group whose weights average 0 (orth_proj can give that) contributes 0."""
+    index = _index(group_ids)
+    w = weights.detach().to(torch.float64)
+    mean = group_mean(w, index)
+    centred = w - mean[index.inverse]
+    std = group_mean(centred * centred, index).sqrt()
+    ratio = torch.where(mean != 0, std / torch.where(mean != 0, mean.abs(), 1.0), 0.0)
+    return ratio.mean()
+
+
+def frequency_buckets(
+    responses: torch.Tensor, response_mask: torch.Tensor, vocab_size: int, n_buckets: int = 4
+) -> torch.Tensor:
+    """[N, T] bucket 0..n-1 of every response token by its type's frequency in this batch (n-1 = most frequent).
+
+    Types are ranked by count (rarest first) and a type goes to the n-quantile of the batch's token
+    occurrences in which its own occurrences end: buckets split the occurrences ~evenly, a type is
+    never cut, and the most frequent type is always in the last bucket.
+    """
+    mask = response_mask.bool()
+    responses = responses.long()
+    counts = torch.bincount(responses[mask], minlength=vocab_size)
+    order = torch.argsort(counts, stable=True)
+    total = max(int(counts.sum()), 1)
+    ends = counts[order].cumsum(0)  # occurrences up to and including each type
+    quantile = (n_buckets * ends + total - 1) // total - 1  # ceil(n·end/total) − 1, exact
+    bucket_of_type = torch.empty(counts.numel(), dtype=torch.long, device=counts.device)
+    bucket_of_type[order] = quantile.clamp(0, n_buckets - 1)
+    return bucket_of_type[responses.clamp(0, counts.numel() - 1)]
+
+
+def bucket_energy(
+    energy: torch.Tensor, buckets: torch.Tensor, response_mask: torch.Tensor, n_buckets: int = 4
+) -> dict[str, float]:
+    """`cancel/energy_b{k}`: share of per-token squared gradient norm per frequency bucket [D eq. 24]."""
+    mask = response_mask.bool()
+    per_bucket = torch.zeros(n_buckets, dtype=torch.float64, device=energy.device).index_add(
+        0, buckets[mask], energy[mask].double()
+    )
+    total = per_bucket.sum()
+    shares = (per_bucket / total if total > 0 else per_bucket).tolist()
+    return {f"cancel/energy_b{k}": shares[k] for k in range(n_buckets)}
+
+
+def output_energy_proxy(
+    coef: torch.Tensor, log_prob: torch.Tensor, sum_p_squared: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per-token ‖∂loss/∂W_out‖² = coef_t²·‖e_y − p_t‖²·‖h_t‖² [C eq. 6-7], coef_t = ∂loss/∂log π_t.
+
+    ‖e_y − p‖² = 1 − 2p_y + Σ_j p_j²; Σp² is verl's `sum_pi_squared` when the engine computed it,
+    else its lower bound p_y² (exact when the mass is on y). ‖h_t‖² (final-norm output) is not visible
+    to a loss and is taken constant, which a share per bucket does not see."""
+    p_y = log_prob.detach().to(torch.float64).exp()
+    sum_p2 = p_y * p_y if sum_p_squared is None else sum_p_squared.detach().to(torch.float64)
+    return coef.detach().to(torch.float64).pow(2) * (1.0 - 2.0 * p_y + sum_p2).clamp(min=0.0)
+
+
+def token_flips(
+    old_log_prob: torch.Tensor, new_log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """`cancel/flip_pos` / `cancel/flip_neg`: share of tokens in Â>0 (Â<0) rows whose log-prob fell
+    (rose) between the two log-probs [C App. C]; 0 when the batch has no such row. `advantages` per row."""
+    shift = new_log_prob.detach() - old_log_prob.detach()
+    mask = response_mask.bool()
+    pos, neg = mask & (advantages > 0).unsqueeze(-1), mask & (advantages < 0).unsqueeze(-1)
+    counts = torch.stack([pos.sum(), ((shift < 0) & pos).sum(), neg.sum(), ((shift > 0) & neg).sum()]).tolist()
+    n_pos, flip_pos, n_neg, flip_neg = counts
+    return {
+        "cancel/flip_pos": flip_pos / n_pos if n_pos else 0.0,
+        "cancel/flip_neg": flip_neg / n_neg if n_neg else 0.0,
+    }
+
+
+def dfpo_weight_dispersion(weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor) -> float:
+    """`dfpo/weight_dispersion` for 1-D per-row weights actually used."""
+    return float(weight_dispersion(weights, advantages, group_ids))
 
 
 def dfpo_asym(weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor) -> float:

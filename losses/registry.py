@@ -10,8 +10,6 @@ from losses.catalog import loss_info, loss_names, needs_groups
 from losses.weights import LossFn
 
 RowWeightFn = Callable[..., "object"]
-# kept until losses.verl_plugin asks `needs_groups(name)` (losses registered later are not in it)
-NEEDS_GROUPS = frozenset(name for name in loss_names() if needs_groups(name))
 
 
 def _resolve(target: str):

@@ -16,16 +16,17 @@ from typing import Any
 import torch
 
 from losses.advantages import token_advantages
-from losses.ratios import compute_float, token_ratio
+from losses.ratios import LOG_RATIO_CLAMP, compute_float
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
 
 def tis_weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, cap: float = 2.0) -> torch.Tensor:
-    """Truncated importance sampling w = min(ρ, C), ρ = π_train(θ_old)/π_infer(θ_old) [H eq. 5]."""
-    return torch.clamp(
-        token_ratio(compute_float(old_log_prob.detach()), compute_float(rollout_log_prob.detach())), max=cap
-    )
+    """Truncated importance sampling w = min(ρ, C), ρ = π_train(θ_old)/π_infer(θ_old) [H eq. 5].
+
+    `token_ratio` then min(·, C), computed in place on one buffer (a wrapper's cost is its passes)."""
+    log_rho = compute_float(old_log_prob.detach()) - compute_float(rollout_log_prob.detach())
+    return log_rho.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp_().clamp_(max=cap)
 
 
 def delta_weights(old_log_prob: torch.Tensor, delta: float, p_low: float = 0.1) -> torch.Tensor:
@@ -42,8 +43,9 @@ def noise_weights(
 ) -> torch.Tensor:
     """ξ ~ N(1, σ²) i.i.d. per token [H eq. 21], drawn on the generator's device (then moved to
     `device`): the same generator state gives the same weights wherever they are used."""
-    noise = torch.randn(tuple(shape), generator=generator, device=generator.device, dtype=torch.float32)
-    return (1.0 + sigma * noise).to(device if device is not None else generator.device)
+    noise = torch.empty(tuple(shape), device=generator.device, dtype=torch.float32)
+    noise.normal_(1.0, sigma, generator=generator)  # one pass: N(1, σ²) directly
+    return noise.to(device if device is not None else generator.device)
 
 
 class DeviceGenerators:

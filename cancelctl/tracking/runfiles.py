@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl.fileio import atomic_write_json, file_lock
-from cancelctl.workdir import METRICS_JSONL, RUN_JSON, SYNC_STATE, RunFolder
+from cancelctl.workdir import METRICS_JSONL, RUN_JSON, SYNC_STATE, RunFolder  # noqa: F401 (the tracking package re-exports the names)
 
 LOCK_TIMEOUT_S = 30.0
 TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")

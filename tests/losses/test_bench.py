@@ -16,16 +16,20 @@ def test_run_loss_benchmark_reports_every_loss_variant_and_transform():
         "dapo",
         "gspo",
         "grpo_symclip",
-        "dfpo[scale=0.5]",
-        "dfpo[stop_grad=False]",
-        *(f"dfpo[{t}]" for t in losses.TRANSFORMS),
+        "dfpo(ablation scale=0.5, no transform)",
+        "dfpo(min_replace, ablation stop_grad=False)",
+        *(f"dfpo(transform={t})" for t in losses.TRANSFORMS),
     ):
         assert by_name[name]["section"] == "loss" and by_name[name]["target"] == 1.15 and by_name[name]["ratio"] > 0
     for name in losses.TRANSFORMS:
         assert by_name[f"{name}: 1000 / 10 groups"]["target"] == 1.5
     assert not any(r["section"] == "verl" for r in rows)
     text = format_loss_benchmark(rows)
-    assert "dfpo[pos_orth_qp]" in text and "pos_orth_qp: 1000 / 10 groups" in text
-    assert loss_benchmark_table(rows).row_count == len(rows)
+    assert "dfpo(transform=pos_orth_qp)" in text and "pos_orth_qp: 1000 / 10 groups" in text
+    for name in ("tis(grpo)", "inject_noise(grpo)", "inject_delta(grpo)", "positive_only(grpo)"):
+        assert by_name[name]["section"] == "wrapper" and by_name[name]["target"] == 1.15
+    table = loss_benchmark_table(rows)
+    assert table.row_count == len(rows)
+    assert "dfpo(min_replace, ablation stop_grad=False)" in list(table.columns[1].cells)  # labels survive rich
     with pytest.raises(ValueError, match="multiple of the group size"):
         run_loss_benchmark(rows=10, group=4)

@@ -132,8 +132,10 @@ def test_metrics_keys_and_values(b):
         "actor/pg_clipfrac_lower",
         "dfpo/asym",
         "dfpo/ortho_residual",
+        "dfpo/weight_dispersion",
     }
     assert all(type(v) is float for v in metrics.values())
+    assert metrics["dfpo/weight_dispersion"] == 0.0  # min_replace: one weight per group
     s_tilde = losses.transform("min_replace", post_clip_weights(b), b.row_adv, b.group_ids)
     assert metrics["dfpo/asym"] == pytest.approx(losses.dfpo_asym(s_tilde, b.row_adv, b.group_ids), rel=1e-12)
     assert metrics["dfpo/asym"] < losses.dfpo_asym(post_clip_weights(b), b.row_adv, b.group_ids) * 1.5
@@ -162,6 +164,27 @@ def test_partial_group_is_refused():
     with pytest.raises(ValueError, match=r"group id 3 has 4 rows but policy_loss.group_size say G=8 \(3 of 3"):
         losses.get("dfpo")(**b.kwargs(group_ids=b.group_ids, config=config(group_size=8)))
     losses.get("dfpo")(**b.kwargs(group_ids=b.group_ids, config=config(group_size=4)))  # whole groups pass
+
+
+def test_zero_token_rows_take_no_part_in_the_group_check():
+    """verl V1 pads a batch with zero-token rows sharing one `pad<hex>` uid: they neither break the
+    whole-group check nor change the loss; a real partial group is still refused."""
+    b = make_batch(groups=3, group_size=4, tokens=6, shuffle=False)
+    pad = lambda t, v: torch.cat([t, torch.full((3, *t.shape[1:]), v, dtype=t.dtype)])  # noqa: E731
+    padded = dict(
+        old_log_prob=pad(b.old_log_prob, -1.0),
+        log_prob=pad(b.log_prob.detach(), -1.0).requires_grad_(True),
+        advantages=pad(b.advantages, 0.0),
+        response_mask=pad(b.response_mask, False),
+        group_ids=torch.cat([b.group_ids, torch.full((3,), 99)]),
+    )
+    cfg = losses.LossConfig(global_batch_info={"global_batch_size": 12}, policy_loss=losses.PolicyLossOptions(group_size=4))
+    loss, _ = losses.get("dfpo")(**padded, config=cfg, loss_agg_mode="seq-mean-token-mean")
+    plain, _ = losses.get("dfpo")(**b.kwargs(group_ids=b.group_ids, config=cfg, loss_agg_mode="seq-mean-token-mean"))
+    torch.testing.assert_close(loss, plain)
+    padded["group_ids"][0] = 98  # row 0 leaves its group: a partial group among real rows
+    with pytest.raises(ValueError, match="has 3 rows but policy_loss.group_size say G=4"):
+        losses.get("dfpo")(**padded, config=cfg)
 
 
 def test_group_ids_are_required_and_options_validated(b):

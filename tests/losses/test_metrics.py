@@ -50,3 +50,18 @@ def test_dfpo_asym_and_ortho_residual_by_hand():
     assert losses.dfpo_asym(w, a, gid) == pytest.approx((2.25 + 0.5) / 2)
     assert losses.dfpo_ortho_residual(w, a, gid) == pytest.approx(0.5)
     assert math.isfinite(losses.dfpo_asym(torch.ones(1), torch.ones(1), torch.zeros(1, dtype=torch.long)))
+
+
+def test_weight_dispersion_is_the_mean_over_groups_of_std_over_mean():
+    """SPEC `dfpo/weight_dispersion`: mean_g std_i(w)/mean_i(w) (population std); scale-free; 0 for
+    one weight per group (min_replace), where `asym` still reads w²·Var(Â)."""
+    from losses.metrics import group_asymmetry, weight_dispersion
+
+    w = torch.tensor([1.0, 3.0, 2.0, 2.0, 0.5, 0.5, 0.5, 0.5], dtype=torch.float64)
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    gid = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    expected = (math.sqrt(0.5) / 2.0 + 0.0) / 2  # group 0: mean 2, population var 0.5; group 1: 0
+    assert weight_dispersion(w, adv, gid).item() == pytest.approx(expected, rel=1e-12)
+    assert weight_dispersion(5 * w, adv, gid).item() == pytest.approx(expected, rel=1e-12)
+    assert group_asymmetry(w, adv, gid).item() > 0
+    assert weight_dispersion(torch.full((8,), 0.7, dtype=torch.float64), adv, gid).item() == 0.0

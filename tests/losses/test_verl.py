@@ -144,10 +144,33 @@ def test_plugin_registers_prefixed_names_through_the_entry_point(verl_core):
         ours, _ = losses.get(name)(**b.kwargs(config=config, loss_agg_mode="token-mean"))
         assert theirs.item() == ours.item()
     assert verl_core.get_policy_loss_fn("gspo") is verl_core.compute_policy_loss_gspo  # verl's own names untouched
-    with pytest.raises(ValueError, match="cancel_dfpo needs the group id .* later issue"):
+    with pytest.raises(ValueError, match="cancel_dfpo needs the group id .* outside ppo_loss"):
         verl_core.get_policy_loss_fn("cancel_dfpo")(**b.kwargs(config=config))
     loss, _ = verl_core.get_policy_loss_fn("cancel_dfpo")(**b.kwargs(config=config, group_ids=b.group_ids))
     assert torch.isfinite(loss)
+
+
+def test_plugin_wraps_ppo_loss_and_assert_active_says_so(verl_core, monkeypatch):
+    """The group-aware ppo_loss is what verl's workers bind; assert_active fails loudly without it."""
+    import importlib
+
+    from losses import verl_plugin
+
+    home = importlib.import_module("verl.workers.utils.losses")
+    workers = importlib.import_module("verl.workers.engine_workers")
+    assert getattr(home.ppo_loss, "__cancelctl_group_aware__", False)
+    assert workers.ppo_loss is home.ppo_loss
+    verl_plugin.assert_active()
+    monkeypatch.setattr(home, "ppo_loss", home.ppo_loss.__wrapped__)
+    monkeypatch.setattr(workers, "ppo_loss", home.ppo_loss)
+    with pytest.raises(verl_plugin.PluginNotActive, match="ppo_loss is not wrapped .* fix:"):
+        verl_plugin.assert_active()
+    b = make_batch()
+    with pytest.raises(RuntimeError, match="group-aware ppo_loss is not installed .* fix:"):
+        verl_core.get_policy_loss_fn("cancel_grpo")(**b.kwargs(config=actor_config({})))
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
+    with pytest.raises(verl_plugin.PluginNotActive, match="VERL_USE_EXTERNAL_PLUGINS='none'; fix"):
+        verl_plugin.assert_active()
 
 
 def test_plugin_applies_the_wrappers_set_in_policy_loss(verl_core):

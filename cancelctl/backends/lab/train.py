@@ -37,6 +37,7 @@ from cancelctl.backends.lab.rollout import InferenceEngine, RolloutBatch, genera
 from cancelctl.backends.lab.task import VOCAB, ArithmeticTask
 from cancelctl.plan import RunSpec
 from cancelctl.spec import AlgorithmSpec, ExperimentSpec
+from losses.metrics import dfpo_weight_dispersion
 
 LOGODDS_PROBES = 16  # eval prompts whose digits-vs-words log-odds is tracked [D App. A.3]
 MONITOR_P_LOW = 0.1  # π_low of the hacking/J monitor [H eq. 23]
@@ -209,6 +210,7 @@ class LabRun:
         metrics.update(_mean_over(passes))
         # [D eq. 23] over whole groups, each row with the weight its own pass gave it
         metrics["dfpo/asym"] = losses.dfpo_asym(record.weights, adv, batch.group_ids)
+        metrics["dfpo/weight_dispersion"] = dfpo_weight_dispersion(record.weights, adv, batch.group_ids)
         if not needs_groups(alg):  # DFPO reports the residual of each transform itself (≈ 0)
             metrics["dfpo/ortho_residual"] = losses.dfpo_ortho_residual(record.weights, adv, batch.group_ids)
         metrics["actor/entropy"] = float((entropy * mask).sum() / mask.sum().clamp(min=1))
@@ -349,7 +351,8 @@ class LabRun:
             )
             own = in_minibatch.bool()
             record.weights[fwd[own]] = weights[own].float()
-        metrics.pop("dfpo/asym", None)  # the loss's own is over this pass's groups; the step's is over all
+        for key in ("dfpo/asym", "dfpo/weight_dispersion"):  # the loss's own are over this pass's groups;
+            metrics.pop(key, None)  # the step's are over all
         return metrics
 
     # ------------------------------------------------------------------ eval, checkpoint

@@ -7,8 +7,9 @@ registered `cancel_*` losses read them as `config.policy_loss.<field>`. Defaults
 defaults (cancelctl/spec.py), a test keeps them in step.
 
 Field names: the DFPO ones are those `losses.dfpo` reads (`losses.config.policy_option`); the
-wrapper ones (inject_*, probe, monitor_delta) are what the verl plugin is to read to apply the
-token-weight wrappers of `losses.weights` inside verl.
+wrapper ones (inject_*, probe) are what the verl plugin reads to apply the token-weight wrappers of
+`losses.weights` inside verl; monitor_delta, mechanism_every and energy_buckets set the SPEC
+mechanism metrics the plugin adds to the loss's metrics.
 """
 
 from __future__ import annotations
@@ -18,10 +19,7 @@ from typing import Optional
 
 from verl.workers.config.actor import PolicyLossConfig
 
-TARGET = "cancelctl.backends.verl.config.CancelPolicyLossConfig"
-
-DFPO_TRANSFORMS = ("min_replace", "orth_proj", "pos_orth_qp", "trunc_rebalance")
-PROBES = ("positive_only", "negative_only")
+from losses.catalog import PROBES, TRANSFORMS
 
 
 @dataclass
@@ -41,6 +39,11 @@ class CancelPolicyLossConfig(PolicyLossConfig):
         inject_noise_seed: seed of the noise generator (the run's seed).
         probe: "positive_only" / "negative_only" row masks [C §3.2]; None = off.
         monitor_delta: delta of the hacking/J monitor metric [H eq. 23].
+        mechanism_every: compute `cancel/energy_b{k}` and `cancel/flip_pos|neg` on every K-th loss
+            call (micro-batch) of a worker; 0 = off (SPEC: optional, their cost is in
+            benchmarks/bench_verl_update.py). verl gives a loss no step counter: with M micro-batches
+            per step, K = M·k is every k steps.
+        energy_buckets: token-frequency buckets of `cancel/energy_b{k}` [D eq. 24].
     """
 
     transform: str = "min_replace"
@@ -54,17 +57,23 @@ class CancelPolicyLossConfig(PolicyLossConfig):
     inject_noise_seed: int = 0
     probe: Optional[str] = None
     monitor_delta: float = 2.0
+    mechanism_every: int = 0
+    energy_buckets: int = 4
 
     def __post_init__(self):
         parent_post_init = getattr(super(), "__post_init__", None)
         if parent_post_init is not None:
             parent_post_init()
         # Hand-written Hydra overrides skip the spec's checks; fail on the driver, not in a worker.
-        if self.transform not in DFPO_TRANSFORMS:
-            raise ValueError(f"policy_loss.transform {self.transform!r}: expected one of {DFPO_TRANSFORMS}")
+        if self.transform not in TRANSFORMS:
+            raise ValueError(f"policy_loss.transform {self.transform!r}: expected one of {TRANSFORMS}")
         if self.probe is not None and self.probe not in PROBES:
             raise ValueError(f"policy_loss.probe {self.probe!r}: expected one of {PROBES} or null")
         if self.scale is not None and self.scale <= 0:
             raise ValueError(f"policy_loss.scale must be > 0, got {self.scale}")
+        if self.mechanism_every < 0:
+            raise ValueError(f"policy_loss.mechanism_every must be >= 0 (0 = off), got {self.mechanism_every}")
+        if self.energy_buckets < 1:
+            raise ValueError(f"policy_loss.energy_buckets must be >= 1, got {self.energy_buckets}")
         if self.inject_delta_p_low <= 0 or self.inject_delta_p_low >= 1:
             raise ValueError(f"policy_loss.inject_delta_p_low must be in (0, 1), got {self.inject_delta_p_low}")

@@ -12,9 +12,17 @@ changes (see `job_overrides`):
 The SPEC compute keys (generated tokens, update steps, GPU-hours) are derived from verl's own metrics
 on the way (`compute.ComputeAccount`), so `cancelctl report` has its compute axes for verl runs.
 
+The SPEC mechanism keys (mismatch/*, hacking/J, dfpo/*, cancel/*) are computed inside verl's actor
+update by the `cancel_*` losses (losses/verl_plugin.py) and come out of verl as `actor/<key>` (verl
+prefixes every actor metric); the forwarder logs them under the SPEC keys, as the lab does.
+
+Before verl starts, `losses.verl_plugin.assert_active()` checks in this process (same environment as
+verl's driver and workers) that verl loads the loss plugin and its group-aware ppo_loss: verl logs a
+plugin that fails to import only at DEBUG, and the run would then fail (or train without group ids)
+deep inside a worker.
+
 Not done here: starting Ray across SLURM nodes (the sbatch template's job: `ray start` on every node
-before this runs; with one node verl's own `ray.init` starts a local cluster) and the SPEC mechanism
-keys (mismatch/*, dfpo/*, cancel/*), which need verl-side hooks.
+before this runs; with one node verl's own `ray.init` starts a local cluster).
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ _ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"
 # verl's MLflow key sanitising (utils/tracking.py), so keys match what verl itself would log.
 _INVALID_KEY_CHARS = re.compile(r"[^/\w.\- :]")
 _SLASHES = re.compile(r"/+")
+# SPEC mechanism keys the loss plugin logs; verl's _update_actor prefixes them with "actor/".
+MECHANISM_PREFIXES = ("mismatch/", "hacking/", "dfpo/", "cancel/")
 
 
 def job_overrides(run: RunSpec, run_dir: Path) -> list[str]:
@@ -66,6 +76,7 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     blockers = launch_blockers(run)
     if blockers:
         raise RuntimeError(f"verl run {run.name} cannot start: " + "; ".join(blockers))
+    check_loss_plugin()
     run_dir = Path(run_dir)
     # A requeued attempt: the previous one forwarded its lines already (its last pump runs on exit).
     (run_dir / VERL_METRICS).unlink(missing_ok=True)
@@ -88,6 +99,22 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     if proc.returncode != 0:
         raise RuntimeError(f"verl exited with status {proc.returncode} (run {run.name}; log: job stdout/stderr)")
     return forwarder.last
+
+
+def check_loss_plugin() -> None:
+    """Fail before training, in one sentence with the fix, if verl would run without our losses."""
+    from losses.verl_plugin import PluginNotActive, assert_active  # imports verl (~11 s): job-side only
+
+    try:
+        assert_active()
+    except PluginNotActive as exc:
+        raise RuntimeError(f"verl cannot run the cancel_* losses: {exc}") from None
+
+
+def spec_key(key: str) -> str:
+    """verl's `actor/dfpo/asym` → the SPEC's `dfpo/asym`; other keys unchanged."""
+    inner = key[len("actor/") :] if key.startswith("actor/") else None
+    return inner if inner is not None and inner.startswith(MECHANISM_PREFIXES) else key
 
 
 class MetricsForwarder:
@@ -132,7 +159,7 @@ class MetricsForwarder:
         for key, value in data.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue  # tables / strings: MLflow metrics are numbers
-            name = sanitize_key(str(key))
+            name = spec_key(sanitize_key(str(key)))
             if not name or name.startswith("/") or name.endswith("/") or os.path.normpath(name) != name:
                 self.skipped_keys.add(str(key))
                 continue

@@ -26,7 +26,7 @@ FAKE_VERL = textwrap.dedent(
     with open(os.environ["VERL_FILE_LOGGER_PATH"], "wb") as fh:
         for step in (1, 2):
             data = {"actor/pg_loss": 0.5 / step, "val-core/aime/acc/mean@32": 0.1 * step, "note": "x", "flag": True,
-                    "response_length/mean": 10.0 * step}
+                    "response_length/mean": 10.0 * step, "actor/dfpo/asym": 0.3, "actor/cancel/energy_b0": 0.4}
             fh.write((json.dumps({"step": step, "data": data}) + "\\n").encode())
     import time
     time.sleep(float(os.environ.get("FAKE_VERL_SLEEP", "0")))
@@ -49,6 +49,7 @@ def fake_verl(tmp_path, monkeypatch):
     script.write_text(FAKE_VERL)
     monkeypatch.setattr(render, "VERL_ENTRY", [sys.executable, str(script)])
     monkeypatch.setattr(entry, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr(entry, "check_loss_plugin", lambda: None)  # imports verl: its own tests below
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     return run_dir
@@ -63,6 +64,7 @@ def test_train_runs_verl_and_forwards_metrics(make_run, fake_verl):
     assert logger.points[1][1] == {
         "actor/pg_loss": 0.25, "val-core/aime/acc/mean_at_32": 0.2, "response_length/mean": 20.0,
         "compute/gen_tokens": 20.0 * 128, "compute/gen_tokens_cum": 30.0 * 128, "compute/update_steps_cum": 4.0,
+        "dfpo/asym": 0.3, "cancel/energy_b0": 0.4,  # the loss plugin's SPEC keys, as verl logs them (actor/...)
     }
     assert result == logger.points[1][1]
     argv = json.loads((fake_verl / "argv.json").read_text())
@@ -142,3 +144,29 @@ def test_stop_kills_the_process_group():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     entry._stop(proc)
     assert proc.returncode == -signal.SIGTERM
+
+
+def test_train_checks_the_loss_plugin_before_starting_verl(make_run, fake_verl, monkeypatch):
+    def inactive():
+        raise RuntimeError("verl cannot run the cancel_* losses: ...; fix: pip install -e .")
+
+    monkeypatch.setattr(entry, "check_loss_plugin", inactive)
+    with pytest.raises(RuntimeError, match="cannot run the cancel_.* fix"):
+        train(make_run(), fake_verl, ListLogger())
+    assert not (fake_verl / "argv.json").exists()  # verl never started
+
+
+@pytest.mark.verl
+def test_check_loss_plugin_is_one_sentence_with_the_fix(monkeypatch):
+    pytest.importorskip("verl")
+    entry.check_loss_plugin()  # installed: passes
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
+    with pytest.raises(RuntimeError, match=r"^verl cannot run the cancel_\* losses: .*; fix: "):
+        entry.check_loss_plugin()
+
+
+def test_spec_keys_are_unprefixed_others_kept():
+    assert entry.spec_key("actor/mismatch/rho_std") == "mismatch/rho_std"
+    assert entry.spec_key("actor/hacking/J") == "hacking/J"
+    assert entry.spec_key("actor/pg_loss") == "actor/pg_loss"
+    assert entry.spec_key("critic/dfpo/x") == "critic/dfpo/x"

@@ -1,0 +1,143 @@
+"""Test support only: a CPU platform for verl 0.9.1, so its real actor update runs without a GPU.
+
+verl ships no CPU platform and falls back to "nvidia" (plugin/platform/platform_manager.py:113-117),
+whose "cuda" device breaks `init_device_mesh`. This registers one through verl's own extension point,
+`PlatformRegistry.register`, selected with VERL_PLATFORM=cpu and imported through
+VERL_USE_EXTERNAL_MODULES=cpu_platform (verl/__init__.py:49-52, before any module reads the device
+name). The FSDP LM engine is registered for cuda/npu only: VERL_ENGINE_DEVICE=cuda (engine/base.py:405)
+picks it. Production runs CUDA; nothing outside tests imports this.
+"""
+
+from __future__ import annotations
+
+import types
+from contextlib import contextmanager
+from typing import Any, Optional
+
+import torch
+from verl.plugin.platform.platform_base import PlatformBase
+from verl.plugin.platform.platform_manager import PlatformRegistry
+
+
+def _noop(*_args, **_kwargs):
+    return None
+
+
+def _zero(*_args, **_kwargs):
+    return 0
+
+
+class _CPUDeviceModule(types.ModuleType):
+    """What verl calls on `get_torch_device()`: the cuda-style calls, as no-ops on the CPU."""
+
+    def __init__(self):
+        super().__init__("cpu_device")
+        self.manual_seed = torch.manual_seed
+        self.manual_seed_all = torch.manual_seed
+
+    def is_available(self) -> bool:
+        return True
+
+    def current_device(self) -> str:
+        return "cpu"  # an int would mean cuda:N
+
+    def device_count(self) -> int:
+        return 1
+
+    def get_rng_state(self, *_args, **_kwargs):
+        return torch.get_rng_state()
+
+    def set_rng_state(self, state, *_args, **_kwargs):
+        torch.set_rng_state(state)
+
+    def get_device_name(self, *_args, **_kwargs) -> str:
+        return "CPU"  # verl's flops table has no entry: MFU reads 0
+
+    def mem_get_info(self, *_args, **_kwargs):
+        return (0, 0)
+
+    def __getattr__(self, name: str) -> Any:  # set_device, synchronize, empty_cache, memory_* ...
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name.startswith(("memory", "max_memory", "reset")):
+            return _zero
+        return _noop
+
+
+CPU_DEVICE = _CPUDeviceModule()
+
+
+@PlatformRegistry.register(platform="cpu")
+class PlatformCPU(PlatformBase):
+    @property
+    def device_name(self) -> str:
+        return "cpu"
+
+    @property
+    def vendor_name(self) -> str:
+        return "cpu"
+
+    @property
+    def device_module(self):
+        return CPU_DEVICE
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_platform_available(self, use_smi_check=False) -> bool:
+        return False  # only by VERL_PLATFORM=cpu, never auto-detected
+
+    def current_device(self) -> str:
+        return "cpu"
+
+    def device_count(self) -> int:
+        return 1
+
+    def set_device(self, device_index: int) -> None:
+        pass
+
+    def synchronize(self, device_index: Optional[int] = None) -> None:
+        pass
+
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def set_allocator_settings(self, settings: str) -> None:
+        pass
+
+    def empty_cache(self) -> None:
+        pass
+
+    def get_device_capability(self, device_index: int = 0):
+        return None, None
+
+    def communication_backend_name(self) -> str:
+        return "gloo"
+
+    def visible_devices_envvar(self) -> str:
+        return "CUDA_VISIBLE_DEVICES"
+
+    @contextmanager
+    def nvtx_range(self, msg: str):
+        yield
+
+    def profiler_start(self) -> None:
+        pass
+
+    def profiler_stop(self) -> None:
+        pass
+
+    def ray_resource_name(self) -> str:
+        return "CPU"
+
+    def ray_noset_envvars(self) -> list[str]:
+        return []
+
+    def is_ipc_supported(self) -> bool:
+        return False
+
+    def cudart(self) -> Any:
+        return None
