@@ -71,33 +71,60 @@ def row_tensordict(meta: KVBatchMeta, data) -> "tu.TensorDict":
     )
 
 
-def trainer_for(batching: str) -> CancelctlTrainer:
-    """The registered trainer with verl's rendered config, without the Ray workers __init__ would start."""
+class ActorWorkers:
+    """The actor worker group as the trainer sees it: DP size, and `update_actor` recording its batch."""
+
+    def __init__(self):
+        self._dispatch_info = {"actor": list(range(DP))}
+        self.updated = None
+
+    def update_actor(self, batch):
+        self.updated = batch
+        return {"metrics": {"mfu": [0.0]}}
+
+
+def trainer_for(batching: str, dynamic: bool = False) -> CancelctlTrainer:
+    """The registered trainer with the config keys it reads, without the Ray workers __init__ starts."""
     cfg = OmegaConf.create(
         {
             "trainer": {"critic_warmup": 0, "v1": {"trainer_mode": "cancelctl", "cancelctl": {"batching": batching}}},
             "actor_rollout_ref": {
-                "actor": {"ppo_mini_batch_size": MINI_PROMPTS, "shuffle": False, "use_dynamic_bsz": False},
-                "rollout": {"n": G},
+                "actor": {
+                    "ppo_mini_batch_size": MINI_PROMPTS, "shuffle": False, "use_dynamic_bsz": dynamic,
+                    "calculate_entropy": False, "entropy_coeff": 0.0, "ppo_epochs": 1, "data_loader_seed": 0,
+                },
+                "rollout": {"n": G, "temperature": 1.0},
             },
         }
     )
     trainer = object.__new__(CancelctlTrainer)
     trainer.config, trainer.batching, trainer.use_critic, trainer.global_steps = cfg, batching, False, 1
-    trainer.actor_rollout_wg = type("WG", (), {"_dispatch_info": {"actor": list(range(DP))}})()
+    trainer.actor_rollout_wg = ActorWorkers()
     trainer.tokenizer = type("Tok", (), {"eos_token_id": 0})()
     return trainer
 
 
-def slots_through_verl(meta, data, *, dynamic: bool, micro_rows: int = G):
-    """(rank, mini-batch, micro-batch) -> uids, through verl's own chunk / iterator / micro-batcher."""
+def update_info(trainer: CancelctlTrainer, meta: KVBatchMeta) -> dict:
+    """What the trainer's `_update_actor` hands verl's workers with the batch (its extra_info)."""
+    trainer._update_actor(meta, {})
+    return dict(trainer.actor_rollout_wg.updated.extra_info)
+
+
+def slots_through_verl(meta, data, extra_info: dict, *, dynamic: bool, micro_rows: int = G):
+    """(rank, mini-batch, micro-batch) -> uids, through verl's own DP chunking, the worker's copy of the
+    batch's extra_info into non-tensor fields (`transferqueue_utils._async_meta_to_realdata`), its
+    mini-batch iterator (`train_mini_batch`) and micro-batcher (`prepare_micro_batches`)."""
     out = {}
     for rank, part in enumerate(BatchData(row_tensordict(meta, data)).chunk(DP)):
-        minis = tu.make_iterator(part, mini_batch_size=MINI_PROMPTS * G // DP, epochs=1, seed=rank, dataloader_kwargs={"shuffle": False})
+        part = part.unlock_()  # a worker's copy, fetched from TransferQueue, is not locked
+        for key, val in extra_info.items():
+            tu.assign_non_tensor_data(tensor_dict=part, key=key, val=val)
+        mini_rows = tu.pop(part, key="mini_batch_size", default=None) // DP
+        shuffle = tu.pop(part, key="dataloader_kwargs", default={})
+        minis = tu.make_iterator(part, mini_batch_size=mini_rows, epochs=1, seed=rank, dataloader_kwargs=shuffle)
         for k, mini in enumerate(minis):
+            # train_batch's defaults for keys the batch does not set (engine_workers.py)
             tu.assign_non_tensor(mini, use_dynamic_bsz=dynamic, micro_batch_size_per_gpu=micro_rows, max_token_len_per_gpu=1000)
-            if dynamic:
-                tu.assign_non_tensor(mini, force_group_size=G)  # what CancelctlTrainer._update_actor adds
             micro_batches, _ = prepare_micro_batches(mini)
             for m, micro in enumerate(micro_batches):
                 out[(rank, k, m)] = list(micro["uid"])
@@ -144,8 +171,11 @@ def test_the_trainer_hands_verl_the_sync_mode(monkeypatch):
 def test_query_preserved_keeps_every_group_whole_on_ranks_minibatches_and_microbatches(dynamic):
     meta, data = v1_batch(random_groups())
     metrics = {}
-    out = trainer_for("query_preserved")._balance_batch(meta, metrics)
-    slots = slots_through_verl(out, data, dynamic=dynamic)
+    trainer = trainer_for("query_preserved", dynamic=dynamic)
+    out = trainer._balance_batch(meta, metrics)
+    info = update_info(trainer, out)
+    assert info.get("force_group_size") == (G if dynamic else None)  # fixed micro-batches: multiples of G
+    slots = slots_through_verl(out, data, info, dynamic=dynamic)
     assert len({k[:2] for k in slots}) == DP * PROMPTS // MINI_PROMPTS  # 2 ranks x 4 mini-batches
     assert split_groups(slots, 1) == split_groups(slots, 2) == split_groups(slots, 3) == 0
     assert sum(len(u) for u in slots.values()) == PROMPTS * G and metrics["batching/split_groups"] == 0
@@ -156,8 +186,9 @@ def test_query_preserved_keeps_every_group_whole_on_ranks_minibatches_and_microb
 def test_verls_default_order_splits_groups_through_the_same_path():
     """The check above can fail: verl's own _balance_batch on the same batch scatters groups."""
     meta, data = v1_batch(random_groups())
-    out = PPOTrainer._balance_batch(trainer_for("default"), meta, {})
-    slots = slots_through_verl(out, data, dynamic=False)
+    trainer = trainer_for("default")
+    out = PPOTrainer._balance_batch(trainer, meta, {})
+    slots = slots_through_verl(out, data, update_info(trainer, out), dynamic=False)
     assert split_groups(slots, 1) > 0 and split_groups(slots, 3) > 0
 
 
