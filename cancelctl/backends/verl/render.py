@@ -66,6 +66,7 @@ RUN_IDENTITY_KEYS = (
 
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 _SHELL_SPECIAL_IN_DOUBLE_QUOTES = re.compile(r'[$`"\\!]')
+VERL_PPO_MAX_TOKEN_LEN_PER_GPU = 16384  # verl 0.9.1's default for actor.ppo_max_token_len_per_gpu
 _TORCH_OPTIMIZER = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
 
 
@@ -352,6 +353,7 @@ def _batch_layout(run: RunSpec, template: Template, out: OverrideSet) -> None:
                     f"data-parallel size ({dp})",
                 )
             micro = group_aligned_micro_batch(spec)
+            _check_group_fits_token_budget(run, template)
         out.set("trainer.use_v1", True)
         out.set("trainer.v1.trainer_mode", TRAINER_MODE)
         out.set(f"trainer.v1.{TRAINER_MODE}.batching", order, add=True)
@@ -359,6 +361,28 @@ def _batch_layout(run: RunSpec, template: Template, out: OverrideSet) -> None:
     out.set(f"{ACTOR}.ppo_micro_batch_size_per_gpu", micro)
     out.set(f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", micro)
     out.set("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", micro)
+
+
+def _check_group_fits_token_budget(run: RunSpec, template: Template) -> None:
+    """Under `use_dynamic_bsz` a group is one indivisible unit of a token-budgeted micro-batch
+    (`force_group_size`): verl raises mid-run if a whole group can exceed the per-GPU budget."""
+    dynamic = template.overrides.settings.get(f"{ACTOR}.use_dynamic_bsz")
+    if dynamic is None or str(dynamic.value).lower() != "true":
+        return
+    budget_setting = template.overrides.settings.get(f"{ACTOR}.ppo_max_token_len_per_gpu")
+    try:
+        budget = int(budget_setting.value) if budget_setting is not None else VERL_PPO_MAX_TOKEN_LEN_PER_GPU
+    except (TypeError, ValueError):
+        return  # a `${...}` reference: only the composed config knows it
+    spec = run.spec
+    group_tokens = spec.rollout.G * (spec.data.max_prompt_length + spec.max_new_tokens)
+    if group_tokens > budget:
+        raise VerlRenderError(
+            run,
+            "model.template",
+            f"whole groups per micro-batch under use_dynamic_bsz need ppo_max_token_len_per_gpu >= G x (prompt + "
+            f"response) = {group_tokens}; the template gives {budget}. Raise it, or turn use_dynamic_bsz off.",
+        )
 
 
 def _trainer(run: RunSpec, out: OverrideSet) -> None:

@@ -155,7 +155,14 @@ class RewardBalancedReplayBuffer(ReplayBuffer):
         new = [uid for uid in terminal if uid not in self._stats_cache]
         if new:
             keys = [k for uid in new for k in keys_by_uid[uid]]
-            data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
+            try:
+                data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=["rm_scores"])
+            except Exception as exc:  # noqa: BLE001 - say what the sampler needs, with verl's reason
+                raise RuntimeError(
+                    "reward_balanced selects on rewards at sampling time, but the finished rollouts carry no "
+                    "rm_scores: use a rule-based reward (reward.reward_model.enable=False) or a reward model "
+                    f"with its own resource pool (enable_resource_pool=True); TransferQueue said: {exc}"
+                ) from exc
             rewards: dict[str, list[float]] = {}
             for key, row in zip(keys, data["rm_scores"], strict=True):
                 rewards.setdefault(key.split("_")[0], []).append(float(row.sum()))

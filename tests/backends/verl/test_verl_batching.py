@@ -368,3 +368,15 @@ def test_sampler_constructor_matches_verls_call():
     assert params == [
         "trainer_mode", "trainer_config", "max_off_policy_threshold", "max_off_policy_strategy", "sampler_kwargs", "refill_fn",
     ]
+
+
+def test_reward_balanced_without_streamed_rewards_says_what_it_needs(make_run, store, monkeypatch):
+    buffer = sampler_through_verl(make_run, lambda k: k)
+    store.add_groups([HALF] * 4)
+
+    def no_scores(keys, partition_id, select_fields=None):
+        raise KeyError("rm_scores")
+
+    monkeypatch.setattr(tq, "kv_batch_get", no_scores)
+    with pytest.raises(RuntimeError, match="rule-based reward"):
+        buffer.sample(global_steps=1, partition_id="train", batch_size=4)

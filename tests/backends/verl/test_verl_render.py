@@ -227,6 +227,23 @@ def test_spec_wins_over_template(make_run, tmp_path, monkeypatch):
     assert sum(line.split("=", 1)[0].endswith("rollout.n") for line in lines) == 1
 
 
+@pytest.mark.parametrize("budget, ok", [(4096, False), (8192, True)])
+def test_dynamic_bsz_needs_a_token_budget_for_whole_groups(make_run, tmp_path, monkeypatch, budget, ok):
+    (tmp_path / "tpl" / "verl").mkdir(parents=True)
+    (tmp_path / "tpl" / "verl" / "dyn.yaml").write_text(
+        "extends: fsdp\noverrides:\n  actor_rollout_ref.actor.use_dynamic_bsz: true\n"
+        f"  actor_rollout_ref.actor.ppo_max_token_len_per_gpu: {budget}\n"
+    )
+    monkeypatch.setenv("CANCELCTL_TEMPLATES", str(tmp_path / "tpl"))
+    run = make_run("{model: {template: dyn}, batching: {strategy: query_preserved}}")  # G 4 x (1024 + 1024)
+    if ok:
+        assert "+trainer.v1.cancelctl.batching=query_preserved" in render_overrides(run)
+    else:
+        with pytest.raises(VerlRenderError, match=r"ppo_max_token_len_per_gpu >= G x \(prompt \+ response\) = 8192"):
+            render_overrides(run)
+    assert render_overrides(make_run("{model: {template: dyn}}"))  # verl's own order: no group constraint
+
+
 def test_no_val_files_switches_validation_off(make_run):
     run = make_run("{data: {val_files: []}}")
     o = as_dict(render_overrides(run))
