@@ -26,7 +26,7 @@ No fork and no patching: it overrides two of `PPOTrainer`'s methods.
 - verl's padding rows (`trainer/ppo/padding_utils.py`: one shared `pad…` uid, zero tokens, zero
   reward) are cut into pseudo-groups of G, so they never share a slot with a real group.
 - `batching/split_groups` counts real groups whose rows land in more than one (mini-batch, rank)
-  slot: 0 under query_preserved, checked on every step.
+  slot, logged every step: 0 under query_preserved.
 
 Pitfall handled in `__init__`: verl switches behaviour on `trainer_mode != "sync"` (the async
 paths), and "sync" cannot be re-registered, so the mode is set back to "sync" before
