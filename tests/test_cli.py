@@ -118,9 +118,23 @@ def test_slurm_sweep_without_slurm_says_what_to_do_and_writes_nothing(tmp_path, 
     assert dry.exit_code == 0, dry.output
 
 
-def test_verl_runs_the_backend_cannot_run_yet_are_refused_before_submission(tmp_path):
-    """dfpo on verl needs group ids verl does not pass to a registered loss yet: refused at sweep time
-    (exit 2, file:line of each arm), not after its job got GPUs; the spec itself stays valid."""
+@pytest.mark.parametrize("name", ["group-size", "dfpo-vs-gspo", "batching"])
+def test_every_arm_of_the_verl_experiments_plans(tmp_path, name):
+    """dfpo (group ids through the loss wrapper) and every batching strategy run on verl: no refusal."""
+    result = runner.invoke(app, ["sweep", str(EXPERIMENTS / f"{name}.yaml"), "--workdir", str(tmp_path / "w"), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "would submit" in result.output and "cannot launch" not in result.output
+
+
+def test_verl_runs_the_backend_cannot_run_are_refused_before_submission(tmp_path, monkeypatch):
+    """What `unsupported_on_verl` reports is refused at sweep time (exit 2, file:line of each arm), not
+    after its job got GPUs; the spec itself stays valid."""
+    from cancelctl.backends.verl import render
+
+    def unsupported(run):
+        return ["algorithm.loss dfpo: stand-in reason"] if run.spec.algorithm.loss == "dfpo" else []
+
+    monkeypatch.setattr(render, "unsupported_on_verl", unsupported)
     workdir = tmp_path / "work"
     result = runner.invoke(app, ["sweep", str(EXPERIMENTS / "group-size.yaml"), "--workdir", str(workdir), "--dry-run"])
     assert result.exit_code == 2 and "Traceback" not in result.output

@@ -3,8 +3,10 @@
 verl 0.9.1 logs no generated-token count (see ../shared/notes/verl-0.9.1.md §7, "Compute accounting"),
 so the report's compute axes are derived here, per step, from what it does log:
 - `compute/gen_tokens`      = `response_length/mean` × trained trajectories (prompts per step × G): the
-                              response tokens of the step's batch (no rollout is discarded: cancelctl
-                              does not run verl's DAPO dynamic sampling);
+                              response tokens of the step's batch, when every rollout is trained; under
+                              `reward_balanced` the sampler (sampler.py) logs `batching/gen_tokens`, the
+                              response tokens of every rollout generated that step, discarded ones
+                              included, and that is taken instead;
 - `compute/update_steps_cum` = step × ppo_epochs × mini-batches per step (each mini-batch is one optimizer
                               step in verl, as in `plan.updates_per_step`);
 - `compute/hours_cum`       = Σ `timing_s/step` × GPUs (nodes × gpus_per_node) / 3600: GPU-hours.
@@ -22,6 +24,7 @@ from cancelctl.plan import RunSpec, updates_per_step
 from cancelctl.tracking.runfiles import iter_metrics_lines
 
 RESPONSE_LENGTH = "response_length/mean"
+SAMPLER_GEN_TOKENS = "batching/gen_tokens"  # sampler.RewardBalancedReplayBuffer
 STEP_SECONDS = "timing_s/step"
 
 
@@ -45,6 +48,8 @@ class ComputeAccount:
     def _record(self, step: int, metrics: Mapping[str, float]) -> None:
         if "compute/gen_tokens" in metrics:  # a line this class wrote (an earlier attempt)
             self.tokens[step] = metrics["compute/gen_tokens"]
+        elif SAMPLER_GEN_TOKENS in metrics:
+            self.tokens[step] = metrics[SAMPLER_GEN_TOKENS]
         elif RESPONSE_LENGTH in metrics:
             self.tokens[step] = metrics[RESPONSE_LENGTH] * self.trajectories
         if STEP_SECONDS in metrics:

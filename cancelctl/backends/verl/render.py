@@ -4,21 +4,24 @@ Order of the list: the template's base settings (templates/verl/), then the spec
 win on the same key. Keys are verl 0.9.1's (see ../shared/notes/verl-0.9.1.md §8); `validate_runs`
 composes the result against the installed config.
 
-Batching on verl (SPEC.md, Batching strategies; notes §2, §4):
-- `default`: verl's V1 trainer as shipped (it balances sequence lengths across ranks and scatters a
+Batching on verl (SPEC.md, Batching strategies; notes §2, §4), all on verl's default V1 trainer:
+- `default`: the V1 trainer as shipped (it balances sequence lengths across ranks and scatters a
   prompt's rollouts over ranks and mini-batches).
-- `query_preserved`: the legacy trainer (`trainer.use_v1=False`), which builds the batch with each
-  group contiguous, with every reordering off (`balance_batch`, `actor.shuffle`, `use_dynamic_bsz`)
-  and batch sizes aligned to groups: mini-batch prompts divisible by the data-parallel size, micro-
-  batch rows a multiple of G. Then every rank's mini- and micro-batches hold whole groups.
-- `reward_balanced`: the V1 trainer with a custom replay-buffer sampler. NOT IMPLEMENTED YET: the
-  overrides are rendered (and compose), but `cancelctl.backends.verl.sampler` does not exist, so
-  `launch_blockers` refuses to launch such a run until it does.
+- `query_preserved`: cancelctl's registered V1 trainer (`trainer.v1.trainer_mode=cancelctl`,
+  trainer.py, imported through the `verl.plugins` entry point) with
+  `+trainer.v1.cancelctl.batching=query_preserved`: every mini-batch, and every rank's share of it,
+  holds whole groups (mini-batch prompts divisible by the data-parallel size, checked here);
+  `actor.shuffle` off; fixed micro-batches a multiple of G, dynamic ones get `force_group_size=G`.
+- `sign_split` (negative control): the same trainer with `batching=sign_split`: Â>0 and Â<0 rows
+  in separate mini-batches (signs from the rewards: advantages do not exist yet when verl orders
+  the batch). spec.py still refuses it on verl; render supports it.
+- `reward_balanced`: verl's sync trainer with the custom sampler `sampler.RewardBalancedReplayBuffer`
+  (`trainer.v1.sampler.custom_sampler`), `data.gen_batch_size=1` so it can refill any number of
+  prompts.
 - DFPO transforms weights inside each group (SPEC.md, DFPO step 5), so a dfpo run always gets the
-  query-preserving layout, whatever `batching.strategy` says (`default` or `query_preserved`);
-  dfpo with `reward_balanced` is refused (the V1 path scatters groups). NOT LAUNCHABLE YET: verl's
-  ppo_loss hands a registered loss no group ids, so `unsupported_on_verl` refuses dfpo runs at
-  `sweep` time (they render and compose, so specs stay valid for when it lands).
+  query-preserving order, whatever `batching.strategy` says (`default`, `query_preserved`, or
+  `reward_balanced`, whose sampler selects whole groups); dfpo with `sign_split` is refused (that
+  control puts a group's positive and negative rows in different mini-batches by design).
 """
 
 from __future__ import annotations
@@ -40,7 +43,10 @@ CONFIG_NAME = {"fsdp": "ppo_trainer", "fsdp2": "ppo_trainer", "megatron": "ppo_m
 # The loss plugin (losses/verl_plugin.py, entry point `verl.plugins`) registers these names.
 LOSS_PLUGIN_MODULE = "losses.verl_plugin"
 POLICY_LOSS_TARGET = "cancelctl.backends.verl.config.CancelPolicyLossConfig"
-REWARD_BALANCED_SAMPLER_MODULE = "cancelctl.backends.verl.sampler"  # not written yet (see module doc)
+REWARD_BALANCED_SAMPLER_MODULE = "cancelctl.backends.verl.sampler"
+# The V1 trainer (trainer.py) registered under this name by the `verl.plugins` entry point.
+TRAINER_MODE = "cancelctl"
+TRAINER_PLUGIN_MODULE = "cancelctl.backends.verl.plugin_trainer"
 # Losses that transform weights within each group: losses.registry.NEEDS_GROUPS (not imported: torch).
 GROUP_LOSSES = frozenset({"dfpo"})
 REWARD_BALANCED_SAMPLER_CLASS = "RewardBalancedReplayBuffer"
@@ -60,6 +66,7 @@ RUN_IDENTITY_KEYS = (
 
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 _SHELL_SPECIAL_IN_DOUBLE_QUOTES = re.compile(r'[$`"\\!]')
+VERL_PPO_MAX_TOKEN_LEN_PER_GPU = 16384  # verl 0.9.1's default for actor.ppo_max_token_len_per_gpu
 _TORCH_OPTIMIZER = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
 
 
@@ -119,8 +126,18 @@ def render_override_set(run: RunSpec) -> OverrideSet:
     return out
 
 
+def batch_order(spec: ExperimentSpec) -> str:
+    """The order the cancelctl trainer gives each update batch: `default` (verl's), `query_preserved`
+    (whole groups per mini-batch, rank and micro-batch) or `sign_split`."""
+    if spec.batching.strategy == "sign_split":
+        return "sign_split"
+    if spec.batching.strategy == "query_preserved" or spec.algorithm.loss in GROUP_LOSSES:
+        return "query_preserved"
+    return "default"
+
+
 def uses_query_preserving_layout(spec: ExperimentSpec) -> bool:
-    return spec.batching.strategy == "query_preserved" or spec.algorithm.loss == "dfpo"
+    return batch_order(spec) == "query_preserved"
 
 
 def group_aligned_micro_batch(spec: ExperimentSpec) -> int:
@@ -134,21 +151,10 @@ def group_aligned_micro_batch(spec: ExperimentSpec) -> int:
 
 
 def unsupported_on_verl(run: RunSpec) -> list[str]:
-    """What of this run's spec the verl backend cannot run yet, though its config composes. The same
-    on every machine, so `sweep` refuses such runs before anything is submitted."""
-    unsupported = []
-    if run.spec.algorithm.loss in GROUP_LOSSES:
-        unsupported.append(
-            f"algorithm.loss {run.spec.algorithm.loss}: verl 0.9.1's ppo_loss passes no group ids (uid) to a "
-            "registered policy loss, and group-aware calls from inside verl are not implemented yet "
-            "(run it on the CPU lab: backend: lab)"
-        )
-    if run.spec.batching.strategy == "reward_balanced" and _missing(REWARD_BALANCED_SAMPLER_MODULE):
-        unsupported.append(
-            f"batching.strategy reward_balanced: the V1 sampler {REWARD_BALANCED_SAMPLER_MODULE}."
-            f"{REWARD_BALANCED_SAMPLER_CLASS} is not implemented yet"
-        )
-    return unsupported
+    """What of this run's spec the verl backend cannot run, though its config composes. The same on
+    every machine, so `sweep` refuses such runs before anything is submitted. Empty today: every
+    loss and batching strategy runs (the combinations that cannot work are refused at render)."""
+    return []
 
 
 def launch_blockers(run: RunSpec) -> list[str]:
@@ -157,6 +163,8 @@ def launch_blockers(run: RunSpec) -> list[str]:
     if _missing(LOSS_PLUGIN_MODULE):
         loss = loss_mode(run.spec.algorithm.loss)
         blockers.append(f"{LOSS_PLUGIN_MODULE} (registers {loss} in verl) is not installed")
+    if batch_order(run.spec) != "default" and _missing(TRAINER_PLUGIN_MODULE):
+        blockers.append(f"{TRAINER_PLUGIN_MODULE} (registers trainer_mode {TRAINER_MODE} in verl) is not installed")
     return blockers + unsupported_on_verl(run)
 
 
@@ -319,36 +327,62 @@ def _optimizer(run: RunSpec, out: OverrideSet) -> None:
 def _batch_layout(run: RunSpec, template: Template, out: OverrideSet) -> None:
     spec = run.spec
     micro = spec.algorithm.micro_batch_size_per_gpu
-    if spec.batching.strategy == "reward_balanced":
-        if spec.algorithm.loss == "dfpo":
-            raise VerlRenderError(
-                run,
-                "batching.strategy",
-                "dfpo needs whole groups per micro-batch (SPEC: DFPO 5); reward_balanced runs on verl's V1 "
-                "trainer, which scatters groups. Use query_preserved or default.",
-            )
+    order = batch_order(spec)
+    if order == "sign_split" and spec.algorithm.loss in GROUP_LOSSES:
+        raise VerlRenderError(
+            run,
+            "batching.strategy",
+            f"{spec.algorithm.loss} transforms weights within each whole group (SPEC: DFPO 5); sign_split puts a "
+            "group's positive and negative rows in different mini-batches by design. Use another strategy.",
+        )
+    if spec.batching.strategy != "default":
         out.set("trainer.use_v1", True)
+    if spec.batching.strategy == "reward_balanced":
         out.set("trainer.v1.sampler.custom_sampler.path", f"pkg://{REWARD_BALANCED_SAMPLER_MODULE}")
         out.set("trainer.v1.sampler.custom_sampler.name", REWARD_BALANCED_SAMPLER_CLASS)
         out.set("trainer.v1.sampler.sampler_kwargs.min_frac", spec.batching.min_frac, add=True)
-        out.set("data.gen_batch_size", 1)  # refill in any number of prompts (notes §5)
-    elif uses_query_preserving_layout(spec):
-        dp = _data_parallel_size(run, template)
-        if spec.mini_batch_prompts % dp:
-            raise VerlRenderError(
-                run,
-                "algorithm.mini_batch_size",
-                f"whole groups per rank need mini-batch prompts ({spec.mini_batch_prompts}) divisible by the "
-                f"data-parallel size ({dp})",
-            )
-        micro = group_aligned_micro_batch(spec)
-        out.set("trainer.use_v1", False)
-        out.set("trainer.balance_batch", False)
-        out.set(f"{ACTOR}.shuffle", False)
-        out.set(f"{ACTOR}.use_dynamic_bsz", False)
+        out.set("data.gen_batch_size", 1)  # refill in any number of prompts (notes §4)
+    if order != "default":
+        if order == "query_preserved":
+            dp = _data_parallel_size(run, template)
+            if spec.mini_batch_prompts % dp:
+                raise VerlRenderError(
+                    run,
+                    "algorithm.mini_batch_size",
+                    f"whole groups per rank need mini-batch prompts ({spec.mini_batch_prompts}) divisible by the "
+                    f"data-parallel size ({dp})",
+                )
+            micro = group_aligned_micro_batch(spec)
+            _check_group_fits_token_budget(run, template)
+        out.set("trainer.use_v1", True)
+        out.set("trainer.v1.trainer_mode", TRAINER_MODE)
+        out.set(f"trainer.v1.{TRAINER_MODE}.batching", order, add=True)
+        out.set(f"{ACTOR}.shuffle", False)  # verl's iterator would shuffle rows across the order
     out.set(f"{ACTOR}.ppo_micro_batch_size_per_gpu", micro)
     out.set(f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", micro)
     out.set("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", micro)
+
+
+def _check_group_fits_token_budget(run: RunSpec, template: Template) -> None:
+    """Under `use_dynamic_bsz` a group is one indivisible unit of a token-budgeted micro-batch
+    (`force_group_size`): verl raises mid-run if a whole group can exceed the per-GPU budget."""
+    dynamic = template.overrides.settings.get(f"{ACTOR}.use_dynamic_bsz")
+    if dynamic is None or str(dynamic.value).lower() != "true":
+        return
+    budget_setting = template.overrides.settings.get(f"{ACTOR}.ppo_max_token_len_per_gpu")
+    try:
+        budget = int(budget_setting.value) if budget_setting is not None else VERL_PPO_MAX_TOKEN_LEN_PER_GPU
+    except (TypeError, ValueError):
+        return  # a `${...}` reference: only the composed config knows it
+    spec = run.spec
+    group_tokens = spec.rollout.G * (spec.data.max_prompt_length + spec.max_new_tokens)
+    if group_tokens > budget:
+        raise VerlRenderError(
+            run,
+            "model.template",
+            f"whole groups per micro-batch under use_dynamic_bsz need ppo_max_token_len_per_gpu >= G x (prompt + "
+            f"response) = {group_tokens}; the template gives {budget}. Raise it, or turn use_dynamic_bsz off.",
+        )
 
 
 def _trainer(run: RunSpec, out: OverrideSet) -> None:

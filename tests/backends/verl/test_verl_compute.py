@@ -45,3 +45,14 @@ def test_a_requeued_verl_resuming_from_its_checkpoint_gets_the_same_totals(make_
     second = ComputeAccount.from_run_dir(run, jsonl)
     resumed = [second.add(step, verl_step(step)) for step in (4, 5, 6)]
     assert resumed == expected[3:]
+
+
+def test_reward_balanced_steps_count_every_generated_rollout(make_run):
+    """The sampler's `batching/gen_tokens` (discarded rollouts included) replaces the trained-batch estimate."""
+    run = make_run("{batching: {strategy: reward_balanced}}", G=4)
+    account = ComputeAccount(run)
+    trained_only = 50.0 * 32 * 4  # response_length/mean x the trained batch
+    one = account.add(1, {"response_length/mean": 50.0, "batching/gen_tokens": 3 * trained_only})
+    two = account.add(2, {"response_length/mean": 50.0})  # a step without the sampler's key
+    assert one["compute/gen_tokens"] == 3 * trained_only
+    assert two["compute/gen_tokens_cum"] == 4 * trained_only

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 from pathlib import Path
@@ -16,6 +17,7 @@ from cancelctl.backends.verl import (
     launch_blockers,
     render_command,
     render_overrides,
+    unsupported_on_verl,
     validate_runs,
 )
 from cancelctl.backends.verl import compose as compose_module
@@ -106,15 +108,20 @@ def test_dfpo_options_and_query_preserving_layout(make_run):
     assert o["actor_rollout_ref.actor.policy_loss.scale"] == "null"
     assert o["actor_rollout_ref.actor.policy_loss.eps1"] == "0.1"
     assert o["actor_rollout_ref.actor.policy_loss.group_size"] == "8"
-    # DFPO needs whole groups per micro-batch even with batching: default
-    assert o["trainer.use_v1"] == "false" and o["trainer.balance_batch"] == "false"
-    assert o["actor_rollout_ref.actor.shuffle"] == "false" and o["actor_rollout_ref.actor.use_dynamic_bsz"] == "false"
+    # DFPO needs whole groups per micro-batch even with batching: default -> cancelctl's V1 trainer
+    assert o["trainer.use_v1"] == "true" and o["trainer.v1.trainer_mode"] == "cancelctl"
+    assert "+trainer.v1.cancelctl.batching=query_preserved" in lines
+    assert o["actor_rollout_ref.actor.shuffle"] == "false"
+    assert "actor_rollout_ref.actor.use_dynamic_bsz" not in o  # dynamic bsz keeps groups (force_group_size)
     assert o["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "8"  # micro 2 rounded up to G
 
 
 def test_query_preserved_for_grpo(make_run):
-    o = as_dict(render_overrides(make_run("{batching: {strategy: query_preserved}, algorithm: {micro_batch_size_per_gpu: 6}}")))
-    assert o["trainer.use_v1"] == "false" and o["trainer.balance_batch"] == "false"
+    lines = render_overrides(make_run("{batching: {strategy: query_preserved}, algorithm: {micro_batch_size_per_gpu: 6}}"))
+    o = as_dict(lines)
+    assert o["trainer.use_v1"] == "true" and o["trainer.v1.trainer_mode"] == "cancelctl"
+    assert "+trainer.v1.cancelctl.batching=query_preserved" in lines
+    assert o["actor_rollout_ref.actor.shuffle"] == "false"
     assert o["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "8"  # 6 -> next multiple of G=4
 
 
@@ -130,18 +137,48 @@ def test_query_preserved_needs_mini_batch_divisible_by_dp(make_run):
         render_overrides(run)
 
 
-def test_reward_balanced_renders_v1_sampler_and_blocks_launch(make_run):
+def test_reward_balanced_renders_v1_sampler_and_launches(make_run):
     run = make_run("{batching: {strategy: reward_balanced, min_frac: 0.3}}")
     lines = render_overrides(run)
     o = as_dict(lines)
     assert o["trainer.v1.sampler.custom_sampler.path"] == "pkg://cancelctl.backends.verl.sampler"
+    assert o["trainer.v1.sampler.custom_sampler.name"] == "RewardBalancedReplayBuffer"
     assert "+trainer.v1.sampler.sampler_kwargs.min_frac=0.3" in lines
-    assert any("not implemented yet" in b for b in launch_blockers(run))
+    assert o["data.gen_batch_size"] == "1"
+    assert "trainer.v1.trainer_mode" not in o  # grpo: verl's own sync trainer and order
+    assert unsupported_on_verl(run) == []
+    assert not any("sampler" in b for b in launch_blockers(run))
 
 
-def test_reward_balanced_dfpo_is_refused(make_run):
-    with pytest.raises(VerlRenderError, match="whole groups"):
-        render_overrides(make_run("{algorithm: {loss: dfpo}, batching: {strategy: reward_balanced}}"))
+def test_reward_balanced_dfpo_keeps_groups_whole(make_run):
+    lines = render_overrides(make_run("{algorithm: {loss: dfpo}, batching: {strategy: reward_balanced}}"))
+    o = as_dict(lines)
+    assert o["trainer.v1.sampler.custom_sampler.name"] == "RewardBalancedReplayBuffer"
+    assert o["trainer.v1.trainer_mode"] == "cancelctl"
+    assert "+trainer.v1.cancelctl.batching=query_preserved" in lines
+
+
+def test_dfpo_is_no_longer_refused(make_run):
+    assert unsupported_on_verl(make_run("{algorithm: {loss: dfpo}}")) == []
+
+
+def _with_sign_split(run):
+    # spec.py still refuses sign_split on verl; render supports it (copy skips that validator)
+    spec = run.spec.model_copy(update={"batching": run.spec.batching.model_copy(update={"strategy": "sign_split"})})
+    return dataclasses.replace(run, spec=spec)
+
+
+def test_sign_split_renders_the_cancelctl_trainer(make_run):
+    lines = render_overrides(_with_sign_split(make_run("{algorithm: {micro_batch_size_per_gpu: 3}}")))
+    o = as_dict(lines)
+    assert o["trainer.v1.trainer_mode"] == "cancelctl" and "+trainer.v1.cancelctl.batching=sign_split" in lines
+    assert o["actor_rollout_ref.actor.shuffle"] == "false"
+    assert o["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "3"  # rows, not groups: no rounding
+
+
+def test_sign_split_dfpo_is_refused(make_run):
+    with pytest.raises(VerlRenderError, match="sign_split puts a group's positive and negative rows"):
+        render_overrides(_with_sign_split(make_run("{algorithm: {loss: dfpo}}")))
 
 
 def test_wrapper_options(make_run):
@@ -188,6 +225,23 @@ def test_spec_wins_over_template(make_run, tmp_path, monkeypatch):
     assert o["actor_rollout_ref.actor.fsdp_config.param_offload"] == "false"  # from the parent
     assert "+ray_kwargs.ray_init.runtime_env.env_vars.FOO='${trainer.project_name}'" in lines  # reference kept
     assert sum(line.split("=", 1)[0].endswith("rollout.n") for line in lines) == 1
+
+
+@pytest.mark.parametrize("budget, ok", [(4096, False), (8192, True)])
+def test_dynamic_bsz_needs_a_token_budget_for_whole_groups(make_run, tmp_path, monkeypatch, budget, ok):
+    (tmp_path / "tpl" / "verl").mkdir(parents=True)
+    (tmp_path / "tpl" / "verl" / "dyn.yaml").write_text(
+        "extends: fsdp\noverrides:\n  actor_rollout_ref.actor.use_dynamic_bsz: true\n"
+        f"  actor_rollout_ref.actor.ppo_max_token_len_per_gpu: {budget}\n"
+    )
+    monkeypatch.setenv("CANCELCTL_TEMPLATES", str(tmp_path / "tpl"))
+    run = make_run("{model: {template: dyn}, batching: {strategy: query_preserved}}")  # G 4 x (1024 + 1024)
+    if ok:
+        assert "+trainer.v1.cancelctl.batching=query_preserved" in render_overrides(run)
+    else:
+        with pytest.raises(VerlRenderError, match=r"ppo_max_token_len_per_gpu >= G x \(prompt \+ response\) = 8192"):
+            render_overrides(run)
+    assert render_overrides(make_run("{model: {template: dyn}}"))  # verl's own order: no group constraint
 
 
 def test_no_val_files_switches_validation_off(make_run):
