@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from cancelctl.executors.registry import executor_names
 from losses import catalog
 
 
@@ -40,6 +41,16 @@ def _registered_loss(name: str) -> str:
 
 LossName = Annotated[
     str, AfterValidator(_registered_loss), WithJsonSchema({"enum": list(catalog.loss_names()), "type": "string"})
+]
+def _registered_executor(name: str) -> str:
+    # the executor registry is the one list of schedulers; one registered by an extension validates
+    if name not in executor_names():
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": _one_of(tuple(executor_names()))})
+    return name
+
+
+ExecutorName = Annotated[
+    str, AfterValidator(_registered_executor), WithJsonSchema({"enum": executor_names(), "type": "string"})
 ]
 AggMode = Literal[catalog.AGG_MODES]
 TransformName = Literal[catalog.TRANSFORMS]
@@ -212,7 +223,7 @@ class TrackingSpec(Strict):
 
 class ExperimentSpec(Strict):
     backend: Literal["lab", "verl"] = "lab"
-    executor: Literal["local", "slurm", "debug"] = "local"
+    executor: ExecutorName = "local"
     seed: int = Field(0, ge=0, le=MAX_SEED)
     model: ModelSpec = ModelSpec()
     data: DataSpec = DataSpec()
@@ -249,8 +260,6 @@ class ExperimentSpec(Strict):
                 raise ValueError("backend verl needs data.train_files (parquet files of prompts)")
             if self.model.path.startswith("lab://"):
                 raise ValueError("backend verl needs model.path to be a HF model id or directory, not lab://")
-            if self.batching.strategy in ("sign_split",):
-                raise ValueError("batching.strategy sign_split is a lab-only negative control")
         if self.backend == "lab" and not self.model.path.startswith("lab://"):
             raise ValueError("backend lab runs the built-in policy: model.path must be lab://tiny")
         return self

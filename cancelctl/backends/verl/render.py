@@ -37,6 +37,7 @@ from cancelctl.backends.verl.templates import Template, TemplateError, default_t
 from cancelctl.errors import SpecError, SpecIssue
 from cancelctl.plan import RunSpec
 from cancelctl.spec import ExperimentSpec
+from losses.catalog import needs_groups
 
 VERL_ENTRY = ["python3", "-m", "verl.trainer.main_ppo"]
 CONFIG_NAME = {"fsdp": "ppo_trainer", "fsdp2": "ppo_trainer", "megatron": "ppo_megatron_trainer"}
@@ -47,8 +48,6 @@ REWARD_BALANCED_SAMPLER_MODULE = "cancelctl.backends.verl.sampler"
 # The V1 trainer (trainer.py) registered under this name by the `verl.plugins` entry point.
 TRAINER_MODE = "cancelctl"
 TRAINER_PLUGIN_MODULE = "cancelctl.backends.verl.plugin_trainer"
-# Losses that transform weights within each group: losses.registry.NEEDS_GROUPS (not imported: torch).
-GROUP_LOSSES = frozenset({"dfpo"})
 REWARD_BALANCED_SAMPLER_CLASS = "RewardBalancedReplayBuffer"
 
 ACTOR = "actor_rollout_ref.actor"
@@ -131,7 +130,7 @@ def batch_order(spec: ExperimentSpec) -> str:
     (whole groups per mini-batch, rank and micro-batch) or `sign_split`."""
     if spec.batching.strategy == "sign_split":
         return "sign_split"
-    if spec.batching.strategy == "query_preserved" or spec.algorithm.loss in GROUP_LOSSES:
+    if spec.batching.strategy == "query_preserved" or needs_groups(spec.algorithm.loss):
         return "query_preserved"
     return "default"
 
@@ -328,7 +327,7 @@ def _batch_layout(run: RunSpec, template: Template, out: OverrideSet) -> None:
     spec = run.spec
     micro = spec.algorithm.micro_batch_size_per_gpu
     order = batch_order(spec)
-    if order == "sign_split" and spec.algorithm.loss in GROUP_LOSSES:
+    if order == "sign_split" and needs_groups(spec.algorithm.loss):
         raise VerlRenderError(
             run,
             "batching.strategy",

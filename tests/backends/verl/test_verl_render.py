@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shlex
 from pathlib import Path
@@ -162,14 +161,8 @@ def test_dfpo_is_no_longer_refused(make_run):
     assert unsupported_on_verl(make_run("{algorithm: {loss: dfpo}}")) == []
 
 
-def _with_sign_split(run):
-    # spec.py still refuses sign_split on verl; render supports it (copy skips that validator)
-    spec = run.spec.model_copy(update={"batching": run.spec.batching.model_copy(update={"strategy": "sign_split"})})
-    return dataclasses.replace(run, spec=spec)
-
-
 def test_sign_split_renders_the_cancelctl_trainer(make_run):
-    lines = render_overrides(_with_sign_split(make_run("{algorithm: {micro_batch_size_per_gpu: 3}}")))
+    lines = render_overrides(make_run("{batching: {strategy: sign_split}, algorithm: {micro_batch_size_per_gpu: 3}}"))
     o = as_dict(lines)
     assert o["trainer.v1.trainer_mode"] == "cancelctl" and "+trainer.v1.cancelctl.batching=sign_split" in lines
     assert o["actor_rollout_ref.actor.shuffle"] == "false"
@@ -178,7 +171,7 @@ def test_sign_split_renders_the_cancelctl_trainer(make_run):
 
 def test_sign_split_dfpo_is_refused(make_run):
     with pytest.raises(VerlRenderError, match="sign_split puts a group's positive and negative rows"):
-        render_overrides(_with_sign_split(make_run("{algorithm: {loss: dfpo}}")))
+        render_overrides(make_run("{batching: {strategy: sign_split}, algorithm: {loss: dfpo}}"))
 
 
 def test_wrapper_options(make_run):
@@ -279,9 +272,3 @@ def test_validate_without_verl_says_skipped(monkeypatch):
     assert "pip install 'cancelctl[verl]'" in result.status
 
 
-def test_group_losses_are_the_registrys():
-    # render keeps its own copy (importing losses/ costs a torch import): the two must agree
-    from cancelctl.backends.verl.render import GROUP_LOSSES
-    from losses.registry import NEEDS_GROUPS
-
-    assert GROUP_LOSSES == NEEDS_GROUPS
