@@ -209,11 +209,21 @@ def seeds_for_power(
         return None
     if sd == 0.0:
         return 2
-    n = np.arange(2, max_n + 1)
-    critical = stats.t.ppf(1.0 - alpha, n - 1)
-    achieved = stats.nct.sf(critical, n - 1, np.sqrt(n) * abs(effect) / sd)
-    enough = np.flatnonzero(achieved >= power)
-    return int(n[enough[0]]) if enough.size else None
+    standardized = abs(effect) / sd
+
+    def achieved(n: int) -> float:
+        return float(stats.nct.sf(stats.t.ppf(1.0 - alpha, n - 1), n - 1, np.sqrt(n) * standardized))
+
+    # power rises with n: double until enough, then bisect (a few cdf calls, not max_n)
+    lo, hi = 1, 2
+    while achieved(hi) < power:
+        if hi >= max_n:
+            return None
+        lo, hi = hi, min(2 * hi, max_n)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if achieved(mid) >= power else (mid, hi)
+    return hi
 
 
 # ---------------------------------------------------------------- curve statistics

@@ -66,7 +66,6 @@ class Evidence:
     distance: float  # of the effect from the decision boundary (signed: > 0 is the claim's side)
     p_for: float
     p_against: float
-    seeds_needed: int | None  # at level alpha, for this comparison alone
 
 
 def paired_evidence(
@@ -75,8 +74,6 @@ def paired_evidence(
     direction: str,
     margin: float = 0.0,
     *,
-    alpha: float = ALPHA,
-    power: float = POWER,
     n_boot: int = 10_000,
     seed: analysis.SeedLike = 0,
 ) -> Evidence:
@@ -104,8 +101,7 @@ def paired_evidence(
         distance = m - abs(ci.mean)
     else:
         raise ValueError(f"unknown direction {direction!r}")
-    needed = analysis.seeds_for_power(distance, sd, alpha=alpha, power=power) if d.size > 1 else None
-    return Evidence(int(d.size), ci.mean, ci.lo, ci.hi, sd, m, distance, p_for, p_against, needed)
+    return Evidence(int(d.size), ci.mean, ci.lo, ci.hi, sd, m, distance, p_for, p_against)
 
 
 def decide(p_for_holm: float, p_against_holm: float, alpha: float = ALPHA) -> Status:
@@ -194,7 +190,7 @@ def judge_claims(
             for group in order:
                 rows.append(
                     _judge_one(
-                        claim, key, versus_key, group, runs, by_key, kappa, alpha, power, min_seeds,
+                        claim, key, versus_key, group, runs, by_key, kappa, min_seeds,
                         allow_unmatched, token_tol, n_boot, seed,
                     )
                 )
@@ -252,7 +248,7 @@ def _group_order(runs: pd.DataFrame) -> list[str]:
 
 def _judge_one(
     claim: ClaimSpec, key: str, versus_key: str, group: str, runs: pd.DataFrame,
-    by_key: dict[str, pd.DataFrame], kappa: float | None, alpha: float, power: float, min_seeds: int,
+    by_key: dict[str, pd.DataFrame], kappa: float | None, min_seeds: int,
     allow_unmatched: bool, token_tol: float, n_boot: int, seed: int,
 ) -> Verdict:
     base = Verdict(
@@ -295,7 +291,7 @@ def _judge_one(
                    margin=margin if claim.direction in ("not_higher", "not_lower", "similar") else math.nan)
     if shared.size < 2:
         return replace(base, reason=f"{shared.size} shared seed(s); need ≥ {min_seeds}")
-    ev = paired_evidence(x, v, claim.direction, margin, alpha=alpha, power=power, n_boot=n_boot, seed=seed)
+    ev = paired_evidence(x, v, claim.direction, margin, n_boot=n_boot, seed=seed)
     base = replace(
         base, arm_mean=float(x.mean()), versus_mean=float(v.mean()), effect=ev.effect, ci_lo=ev.ci_lo,
         ci_hi=ev.ci_hi, sd=ev.sd, distance=ev.distance,
