@@ -251,8 +251,9 @@ def _judge_one(
     by_key: dict[str, pd.DataFrame], kappa: float | None, min_seeds: int,
     allow_unmatched: bool, token_tol: float, n_boot: int, seed: int,
 ) -> Verdict:
+    label = claim.metric.label.replace(claim.metric.resolved_key, key, 1)  # a '*' or {last} key, resolved
     base = Verdict(
-        claim.id, claim.source, claim.statement, claim.metric.label, key, versus_key, claim.direction,
+        claim.id, claim.source, claim.statement, label, key, versus_key, claim.direction,
         claim.arm, claim.versus, group, "cannot judge",
     )
     in_group = runs[runs["group"] == group]
@@ -330,13 +331,14 @@ def _per_run(
             not_reached.append(run_id)
             continue
         values[run_id] = value
-    label = {r: f"seed {seeds[r]}" for r in seeds}
+    def names(run_ids: list[str]) -> str:
+        return ", ".join(f"seed {s}" for s in sorted(seeds[r] for r in run_ids))
+
     if not_reached:  # censored: the paired difference is unknown, never a number
-        names = ", ".join(label[r] for r in not_reached)
-        return pd.Series(dtype=float), f"arm {arm_runs['arm'].iloc[0]!r}: {names} never reached κ = {threshold:.4g}"
+        arm = arm_runs["arm"].iloc[0]
+        return pd.Series(dtype=float), f"arm {arm!r}: {names(not_reached)} never reached κ = {threshold:.4g}"
     if too_short:
-        names = ", ".join(label[r] for r in too_short)
-        return pd.Series(dtype=float), f"arm {arm_runs['arm'].iloc[0]!r}: too few points of {key} ({names})"
+        return pd.Series(dtype=float), f"arm {arm_runs['arm'].iloc[0]!r}: too few points of {key} ({names(too_short)})"
     return pd.Series(list(values.values()), index=[seeds[r] for r in values], dtype=float), ""
 
 
@@ -372,6 +374,49 @@ def verdict_text(v: Verdict) -> str:
     if v.seeds_needed is None:
         return "inconclusive (no usable effect to power)"
     return f"inconclusive, ~{v.seeds_needed} seeds needed"
+
+
+def predicted_text(v: Verdict) -> str:
+    """What the claim predicts for arm − versus, with its margin: 'lower', 'similar (±0.05)'."""
+    words = {"not_higher": "not higher", "not_lower": "not lower", "similar": "similar"}
+    if v.direction not in words:
+        return v.direction
+    bound = "±" if v.direction == "similar" else ""
+    return f"{words[v.direction]} ({bound}{_num(v.margin)})" if math.isfinite(v.margin) else words[v.direction]
+
+
+def _num(x: float | None, signed: bool = False) -> str:
+    if x is None or not math.isfinite(x):
+        return "—"
+    return f"{x:+.3g}" if signed else f"{x:.3g}"
+
+
+def _p_text(p: float) -> str:
+    return "—" if not math.isfinite(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")
+
+
+def verdict_rows(verdicts: Sequence[Verdict]) -> list[dict[str, str]]:
+    """One display row per verdict (terminal / Markdown / HTML): the claim, where, what was
+    predicted, the verdict, the effect arm − versus with its 95% CI, the one-sided p of the claim's
+    test and its Holm-adjusted value (the contradicting test's for a contradicted claim), n seeds."""
+    rows = []
+    for v in verdicts:
+        contradicted = v.status == "contradicted"
+        rows.append({
+            "claim": v.claim_id,
+            "source": v.source,
+            "group": v.group,
+            "arm vs versus": f"{v.arm} vs {v.versus}",
+            "metric": v.metric,
+            "predicted": predicted_text(v),
+            "verdict": verdict_text(v),
+            "effect [95% CI]": "—" if not math.isfinite(v.effect)
+            else f"{_num(v.effect, True)} [{_num(v.ci_lo, True)}, {_num(v.ci_hi, True)}]",
+            "p": _p_text(v.p_against if contradicted else v.p),
+            "p (Holm)": _p_text(v.p_against_holm if contradicted else v.p_holm),
+            "n": str(v.n_seeds),
+        })
+    return rows
 
 
 def verdicts_as_records(verdicts: Sequence[Verdict]) -> list[dict]:

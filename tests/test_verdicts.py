@@ -12,7 +12,7 @@ from scipy import stats
 
 from cancelctl import analysis
 from cancelctl.claims_spec import ClaimSpec
-from cancelctl.verdicts import decide, judge_claims, paired_evidence, verdict_text, verdicts_as_records
+from cancelctl.verdicts import decide, judge_claims, paired_evidence, verdict_rows, verdict_text, verdicts_as_records
 
 EVAL = "val-core/lab/acc/mean_at_4"
 ALPHA = 0.05
@@ -216,6 +216,12 @@ def test_judge_claims_finds_planted_effects_per_group():
     assert all(v.p_holm >= v.p for v in verdicts)
     records = json.loads(json.dumps(verdicts_as_records(verdicts), allow_nan=False))
     assert {"effect", "ci_lo", "ci_hi", "p", "p_holm", "seeds_needed", "verdict", "source"} <= set(records[0])
+    rows = {(r["claim"], r["group"]): r for r in verdict_rows(verdicts)}
+    assert rows["energy", "G=4"]["metric"] == "mean of cancel/energy_b3"
+    down = by["final-down", "G=4"]
+    assert rows["final-down", "G=4"]["verdict"] == "contradicted"
+    assert rows["final-down", "G=4"]["p (Holm)"] == f"{down.p_against_holm:.3f}" or down.p_against_holm < 0.001
+    assert rows["flip", "G=8"]["predicted"] == "similar (±0.05)"
 
 
 def test_eval_glob_gives_one_verdict_per_benchmark():
