@@ -21,7 +21,8 @@ Decisions, stated once:
   planning number (analysis.seeds_for_power) for 80% power at the observed distance of the effect
   from the decision boundary (0, or the margin) and the observed sd of d, at level α/m with m the
   rows of the report (Bonferroni, which Holm never needs more than): enough seeds to decide this
-  row whatever the other rows do; never fewer than MIN_VERDICT_SEEDS.
+  row whatever the other rows do; never fewer than MIN_VERDICT_SEEDS. For `similar` only the
+  nearer margin is powered (TOST needs both; near a zero effect with a wide sd this undercounts).
 """
 
 from __future__ import annotations

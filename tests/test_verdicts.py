@@ -269,3 +269,25 @@ def test_unmatched_compute_is_not_judged_unless_allowed():
     assert v.status == "cannot judge" and "not compute-matched" in v.reason and not v.compute_matched
     [forced] = judge_claims([claim()], runs, metrics, n_boot=200, allow_unmatched=True)
     assert forced.status == "supported" and "NOT compute-matched" in forced.notes
+
+
+# ---------------------------------------------------------------- the analysis additions they use
+
+
+def test_late_minus_early_hand_computed():
+    assert analysis.late_minus_early(np.arange(8.0), 0.25) == pytest.approx(6.0)  # (6+7)/2 − (0+1)/2
+    assert analysis.late_minus_early([1.0, 3.0, 2.0], 0.5) == pytest.approx(0.5)  # ⌈1.5⌉ = 2 points each end
+    with pytest.raises(ValueError, match="at least 2"):
+        analysis.late_minus_early([1.0])
+
+
+def test_one_sided_tests_mirror_each_other():
+    rng = np.random.default_rng(18)
+    x, base = rng.normal(0.3, 1, size=6), np.zeros(6)
+    greater = analysis.paired_bootstrap_test(x, base, n_boot=2000, alternative="greater").p
+    less = analysis.paired_bootstrap_test(x, base, n_boot=2000, alternative="less").p
+    assert greater + less == pytest.approx(1.0, abs=0.01)
+    constant = analysis.paired_bootstrap_test([1.0, 1.0, 1.0], [0.0, 0.0, 0.0], n_boot=99, alternative="less")
+    assert constant.p == 1.0
+    with pytest.raises(ValueError, match="alternative"):
+        analysis.paired_bootstrap_test(x, base, alternative="bigger")
