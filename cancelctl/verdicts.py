@@ -91,9 +91,9 @@ def paired_evidence(
     if direction == "higher":
         p_for, p_against, distance = p(0.0, "greater"), p(0.0, "less"), ci.mean
     elif direction == "lower":
-        p_for, p_against, distance = p(0.0, "less"), p(0.0, "greater"), ci.mean
+        p_for, p_against, distance = p(0.0, "less"), p(0.0, "greater"), -ci.mean
     elif direction == "not_higher":  # non-inferiority, mirrored: effect < m
-        p_for, p_against, distance = p(m, "less"), p(m, "greater"), ci.mean - m
+        p_for, p_against, distance = p(m, "less"), p(m, "greater"), m - ci.mean
     elif direction == "not_lower":  # non-inferiority: effect > −m
         p_for, p_against, distance = p(-m, "greater"), p(-m, "less"), ci.mean + m
     elif direction == "similar":  # TOST: −m < effect < m; outside either side (Bonferroni over the two)
@@ -102,6 +102,8 @@ def paired_evidence(
         distance = m - abs(ci.mean)
     else:
         raise ValueError(f"unknown direction {direction!r}")
+    if d.size < analysis.MIN_PAIRED_SEEDS:  # no test (the paired test's p is NaN; max/min would hide it)
+        p_for = p_against = math.nan
     return Evidence(int(d.size), ci.mean, ci.lo, ci.hi, sd, m, distance, p_for, p_against)
 
 
