@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from cancelctl.claims_spec import ClaimSpec, claims_arm_errors
 from cancelctl.executors.registry import executor_names
 from losses import catalog
 
@@ -278,6 +279,18 @@ class SweepSpec(Strict):
     zip: dict[str, list[Any]] = Field(default_factory=dict, description="dotted paths -> paired value lists")
     seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(default_factory=lambda: [0], min_length=1)
     baseline: str | None = None
+    claims: list[ClaimSpec] = Field(
+        default_factory=list, description="the papers' testable claims this sweep can judge (cancelctl.verdicts)"
+    )
+
+    @field_validator("claims")
+    @classmethod
+    def _claims_name_arms(cls, claims: list[ClaimSpec], info: ValidationInfo) -> list[ClaimSpec]:
+        if "arms" in info.data:  # absent when the arms themselves failed validation
+            errors = claims_arm_errors(claims, list(info.data["arms"]))
+            if errors:
+                raise ValueError("; ".join(errors))
+        return claims
 
     @field_validator("arms")
     @classmethod
