@@ -327,15 +327,16 @@ def report(
     out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default: results/<sweep>)."),
     allow_unmatched: bool = typer.Option(False, help="Report arms that are not compute-matched (tables say so)."),
     uri: Optional[str] = typer.Option(None, "--uri", help="MLflow tracking URI (default: the sweep's store)."),
+    claims_only: bool = typer.Option(False, "--claims-only", help="Print only the claims' verdicts."),
     workdir: Optional[Path] = WorkdirOpt,
 ) -> None:
-    """Compute-matched comparison tables, bootstrap CIs, paired tests, Compute@Reward, Jitter2, plots."""
+    """Compute-matched comparison tables, bootstrap CIs, paired tests, Compute@Reward, Jitter2, claims' verdicts, plots."""
     from cancelctl.report.sweep_report import report_sweep
 
     try:
         result = report_sweep(
             workdir_path(workdir), sweep, baseline=baseline, threshold=threshold, compute=compute, metric=metric,
-            out=out, allow_unmatched=allow_unmatched, uri=uri, console=console,
+            out=out, allow_unmatched=allow_unmatched, uri=uri, console=console, claims_only=claims_only,
         )
     except SpecError as exc:
         fail_input(exc)

@@ -144,7 +144,7 @@ def executor_of(sweep: Sweep, override: str | None) -> str:
 
 def _register(paths: SweepPaths, sweep: Sweep, kind: str) -> None:
     with paths.store.update(create=Manifest(sweep=sweep.name, executor=kind)) as manifest:
-        manifest.file, manifest.executor, manifest.launched_at = sweep.file, kind, time.time()
+        manifest.file, manifest.executor, manifest.launched_at = str(Path(sweep.file).resolve()), kind, time.time()
         manifest.baseline = sweep.spec.baseline
         for run in sweep.runs:
             entry = manifest.runs.get(run.run_id)

@@ -6,15 +6,24 @@ plots (`plots/`) into `out_dir`; prints the tables to a rich console when one is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from cancelctl import analysis
+from cancelctl import analysis, verdicts
 from cancelctl.analysis import COMPUTE_KEYS
 from cancelctl.errors import SpecError
-from cancelctl.report.model import CANNOT, REWARD_KEY, ComputeAxis, Report, UnmatchedArmsError, prepare_sweep
+from cancelctl.report.model import (
+    CANNOT,
+    REWARD_KEY,
+    ComputeAxis,
+    Report,
+    ReportTable,
+    UnmatchedArmsError,
+    prepare_sweep,
+)
 from cancelctl.report.plots import attach_plots, draw_plots
 from cancelctl.report.render_data import write_table_files
 from cancelctl.report.render_html import render_html
@@ -25,6 +34,8 @@ from cancelctl.report.thresholds import default_kappa
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from cancelctl.claims_spec import ClaimSpec
 
 
 def build_report(
@@ -45,6 +56,8 @@ def build_report(
     n_boot: int = 10_000,
     seed: int = 0,
     plots: bool = True,
+    claims: Sequence[ClaimSpec] = (),
+    claims_only: bool = False,
 ) -> Report:
     """Build the sweep report and write it to `out_dir` (the report folder itself, e.g.
     results/<sweep>; see `default_report_dir`).
@@ -54,6 +67,8 @@ def build_report(
     arguments (unknown baseline, compute axis). `threshold` is κ for Compute@Reward and steps to
     threshold; None picks `default_kappa` and the report states it. Only FINISHED runs are used
     unless `include_unfinished`. `console`: a rich Console to print the tables on, or None.
+    `claims`: the sweep file's claims, judged per comparison group into the "claims" table
+    (`cancelctl.verdicts`); `claims_only` prints only that table (every file is still written).
     """
     if compute not in COMPUTE_KEYS:
         raise SpecError(f"--compute must be one of {', '.join(COMPUTE_KEYS)}, got {compute!r}", title=CANNOT)
@@ -72,6 +87,11 @@ def build_report(
         prepared, violations, metric=metric, compute=compute, kappa=kappa, smooth_window=smooth_window,
         token_tol=token_tol,
     )
+    if claims:
+        tables.insert(0, claims_table(prepared, claims, kappa, allow_unmatched, token_tol, n_boot, seed))
+        if claims_only:
+            for table in tables[1:]:
+                table.shown = False
     report = Report(
         sweep=sweep, out_dir=Path(out_dir), baseline=baseline, metric=metric, compute=compute,
         kappa=kappa, kappa_note=kappa_note, violations=violations, tables=tables, notes=notes,
@@ -85,6 +105,24 @@ def build_report(
     if console is not None:
         print_report(report, console)
     return report
+
+
+def claims_table(prepared, claims, kappa, allow_unmatched, token_tol, n_boot, seed) -> ReportTable:
+    """The sweep file's claims judged on this sweep: supported / contradicted / inconclusive (or why
+    not judged), effect with 95% CI, paired p and Holm-adjusted p, seeds needed."""
+    judged = verdicts.judge_claims(
+        claims, prepared.runs, prepared.by_key, kappa=kappa, groups=prepared.groups,
+        allow_unmatched=allow_unmatched, token_tol=token_tol, n_boot=n_boot, seed=seed,
+    )
+    notes = [
+        "effect = arm − versus over paired seeds, 95% bootstrap CI; p one-sided in the predicted direction, "
+        "Holm-adjusted across every claim of this report; 'inconclusive, ~N seeds needed' = seeds for 80% "
+        "power at the observed effect and spread."
+    ]
+    return ReportTable(
+        "claims", "Claims", pd.DataFrame(verdicts.verdicts_as_records(judged)),
+        pd.DataFrame(verdicts.verdict_rows(judged)), notes,
+    )
 
 
 def default_report_dir(sweep: str, root: Path = Path("results")) -> Path:

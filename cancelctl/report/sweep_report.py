@@ -24,6 +24,7 @@ def report_sweep(
     allow_unmatched: bool = False,
     uri: str | None = None,
     console: Console | None = None,
+    claims_only: bool = False,
 ):
     from cancelctl.tracking import collect, resolve_tracking_uri
 
@@ -45,6 +46,8 @@ def report_sweep(
         out_dir=out or default_report_dir(sweep),
         allow_unmatched=allow_unmatched,
         console=console,
+        claims=sweep_claims(workdir, sweep),
+        claims_only=claims_only,
     )
 
 
@@ -59,6 +62,22 @@ def sweep_baseline(workdir: Path, sweep: str) -> str:
         known = f" (arms: {', '.join(arms)})" if arms else ""
         raise SpecError(f"sweep {sweep!r} names no baseline arm: pass --baseline ARM{known}")
     return manifest.baseline
+
+
+def sweep_claims(workdir: Path, sweep: str) -> list:
+    """The `claims:` of the sweep file as it is now (the manifest records its path); none when the file
+    is gone or no longer loads (the rest of the report does not depend on it)."""
+    from cancelctl.plan import load_sweep
+    from cancelctl.workdir import sweep_paths
+
+    store = sweep_paths(workdir, sweep).store
+    manifest = store.load() if store.exists() else None
+    if manifest is None or not manifest.file or not Path(manifest.file).is_file():
+        return []
+    try:
+        return list(load_sweep(manifest.file, allow_unmatched=True).spec.claims)
+    except SpecError:
+        return []
 
 
 def latest_sweep_name(workdir: Path) -> str:
