@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 from html import escape
+
 import pandas as pd
 
 from cancelctl.report.formatting import header_lines

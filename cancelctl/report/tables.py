@@ -16,7 +16,13 @@ import pandas as pd
 
 from cancelctl import analysis
 from cancelctl.analysis import ComputeViolation
-from cancelctl.report.formatting import fmt_delta, fmt_interval, fmt_number, fmt_p, fmt_ratio
+from cancelctl.report.formatting import (
+    fmt_delta,
+    fmt_interval,
+    fmt_number,
+    fmt_p,
+    fmt_ratio,
+)
 from cancelctl.report.model import (
     ENERGY_KEY,
     ENTROPY_KEY,
@@ -26,7 +32,10 @@ from cancelctl.report.model import (
     PreparedSweep,
     ReportTable,
 )
-from cancelctl.report.thresholds import compute_at_reward_tables, steps_to_threshold_tables
+from cancelctl.report.thresholds import (
+    compute_at_reward_tables,
+    steps_to_threshold_tables,
+)
 
 SUMMARY_COLUMNS = ["n_seeds", "mean", "ci_lo", "ci_hi", "delta_vs_baseline", "p_value", "n_paired"]
 
