@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from cancelctl.monitor_spec import MonitorSpec
 from losses import catalog
 
 
@@ -224,6 +225,7 @@ class ExperimentSpec(Strict):
     cluster: ClusterSpec = ClusterSpec()
     tracking: TrackingSpec = TrackingSpec()
     lab: LabSpec = LabSpec()
+    monitor: MonitorSpec = MonitorSpec()
 
     @property
     def max_new_tokens(self) -> int:
