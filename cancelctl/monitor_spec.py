@@ -72,7 +72,9 @@ class RewardCollapseRule(_Strict):
     keys: list[str] = Field(default_factory=lambda: ["critic/score/mean"], min_length=1)
     window: int = Field(10, ge=1, le=10_000)
     drop: float = Field(0.5, gt=0, le=1, description="relative drop from the run's best window mean")
-    min_best: float = Field(0.05, ge=0)
+    min_best: float = Field(
+        0.1, ge=0, description="no alert before the best window mean reaches this (near 0, a 50% drop is noise)"
+    )
 
 
 class NonFiniteRule(_Strict):
