@@ -47,9 +47,10 @@ STATE_ORDER = ("running", "pending", "queued", STOPPED, "failed", "cancelled", "
 STATE_STYLE = {"running": "cyan", "pending": "yellow", "queued": "yellow", STOPPED: "magenta", "failed": "red",
                "cancelled": "dim", "completed": "green"}  # fmt: skip
 
-FIRST_READ_BYTES = 256 * 1024  # a first look at a long metrics.jsonl: its last lines are enough
 SPARK_POINTS = 16
 TIMING_POINTS = 10  # steps over which the time per step is measured
+PARSED_LINES = max(SPARK_POINTS, TIMING_POINTS + 1)  # of what was appended, only the last lines are parsed
+FIRST_READ_BYTES = 64 * 1024  # a first look at a long metrics.jsonl: its tail (≥ 8 lines of 8 kB)
 SPARK_BARS = "▁▂▃▄▅▆▇█"
 
 
@@ -119,7 +120,7 @@ class RunTail:
             chunk, start = chunk[cut:], start + cut
         complete = chunk[: chunk.rfind(b"\n") + 1]  # a torn last line waits for the next refresh
         self.metrics_offset = start + len(complete)
-        for raw in complete.splitlines():
+        for raw in complete.splitlines()[-PARSED_LINES:]:  # older lines would be overwritten at once
             try:
                 line = json.loads(raw)
                 self._add(int(line["step"]), int(line["ts"]), line["metrics"])
