@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -90,19 +91,23 @@ class Window:
     def mean(self) -> float:
         return math.fsum(self.values) / len(self.values)
 
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
 
 class Baseline:
-    """Mean of a metric's first `size` values: the run's own reference level."""
+    """The mean (or median) of a metric's first `size` values: the run's own reference level."""
 
-    def __init__(self, size: int) -> None:
-        self.size, self.values = size, []
+    def __init__(self, size: int, center: Callable[[list[float]], float] = lambda v: math.fsum(v) / len(v)) -> None:
+        self.size, self.center, self.values = size, center, []
         self.mean: float | None = None
 
     def add(self, value: float) -> None:
         if self.mean is None:
             self.values.append(value)
             if len(self.values) == self.size:
-                self.mean, self.values = math.fsum(self.values) / self.size, []
+                self.mean, self.values = self.center(self.values), []
 
 
 # --------------------------------------------------------------------------------------- rules
@@ -139,14 +144,15 @@ class Rule:
 
 
 class MismatchGrowth(Rule):
-    """[H §5.3, App. D]: std of ρ grows before entropy and reward collapse; recent / baseline ≥ ratio."""
+    """[H §5.3, App. D]: std of ρ grows before entropy and reward collapse; recent / baseline ≥ ratio.
+    Medians, not means: a step's ρ std has heavy-tailed spikes (one odd token) that are not growth."""
 
     name = "mismatch_growth"
 
     def __init__(self, spec: MismatchGrowthRule) -> None:
         super().__init__(spec.action, spec.keys)
         self.ratio, self.window = spec.ratio, spec.window
-        self.baseline, self.recent = Baseline(spec.window), Window(spec.window)
+        self.baseline, self.recent = Baseline(spec.window, statistics.median), Window(spec.window)
 
     def check(self, key: str, value: float) -> Finding | None:
         self.baseline.add(value)
@@ -154,11 +160,11 @@ class MismatchGrowth(Rule):
         base = self.baseline.mean
         if base is None or base <= 0 or not self.recent.full:  # fp32 rollouts: ρ ≡ 1, nothing to grow
             return None
-        growth = self.recent.mean / base
-        if growth < self.ratio:
+        now = self.recent.median
+        if now < self.ratio * base:
             return None
-        return Finding(self.recent.mean, self.ratio * base, (
-            f"{key} grew {growth:.2f}x: mean {self.recent.mean:.4g} over the last {self.window} steps vs "
+        return Finding(now, self.ratio * base, (
+            f"{key} grew {now / base:.2f}x: median {now:.4g} over the last {self.window} steps vs "
             f"{base:.4g} over the first {self.window} (alert at {self.ratio:g}x) — the early sign of collapse [H §5.3]"
         ))
 

@@ -27,7 +27,7 @@ class _Strict(BaseModel):
 
 
 class MismatchGrowthRule(_Strict):
-    """Mismatch growth [H §5.3, App. D]: mean of the last `window` values over the mean of the
+    """Mismatch growth [H §5.3, App. D]: median of the last `window` values over the median of the
     first `window` (the run's baseline) ≥ `ratio`. A ratio, not a slope: ρ's std differs by orders
     of magnitude between precisions and models, its growth factor does not."""
 
@@ -38,7 +38,7 @@ class MismatchGrowthRule(_Strict):
         description="std of rho per step (SPEC name; verl's rollout_is std when rollout_correction.rollout_is is on)",
     )
     window: int = Field(10, ge=1, le=10_000, description="steps per window (baseline and recent)")
-    ratio: float = Field(3.0, gt=1, description="recent / baseline window mean that raises the alert")
+    ratio: float = Field(3.0, gt=1, description="recent / baseline window median that raises the alert")
 
 
 class PccDropRule(_Strict):
@@ -70,7 +70,9 @@ class RewardCollapseRule(_Strict):
 
     action: Action = "stop"
     keys: list[str] = Field(default_factory=lambda: ["critic/score/mean"], min_length=1)
-    window: int = Field(10, ge=1, le=10_000)
+    # 20, not 10: a step's mean reward over a small batch is noisy (64 rollouts at reward 0.1: ±12%
+    # per 10-step mean), and a false stop costs a restart
+    window: int = Field(20, ge=1, le=10_000)
     drop: float = Field(0.5, gt=0, le=1, description="relative drop from the run's best window mean")
     min_best: float = Field(
         0.1, ge=0, description="no alert before the best window mean reaches this (near 0, a 50% drop is noise)"

@@ -56,14 +56,14 @@ def alerts_of(monitor: Monitor, points) -> list[Alert]:
 @pytest.mark.parametrize(
     ("changes", "rule", "step"),
     [
-        # (10 + 3k) / 10 ≥ 3  ⇔  k ≥ 6.67
-        ({"mismatch/rho_std": 4.0}, "mismatch_growth", 27),
+        # median of (10 − k) × 1.0 and k × 4.0 ≥ 3  ⇔  k ≥ 6 (k = 5: (1 + 4) / 2)
+        ({"mismatch/rho_std": 4.0}, "mismatch_growth", 26),
         # 1 − 0.01k < 0.95  ⇔  k > 5
         ({"mismatch/pcc": 0.9}, "pcc_drop", 26),
         # fast fall: 0.5 − 0.05k < 0.5 · 0.5  ⇔  k > 5
         ({"actor/entropy": 0.0}, "entropy_collapse", 26),
-        # 0.8 − 0.075k < 0.5 · 0.8  ⇔  k > 5.33
-        ({"critic/score/mean": 0.05}, "reward_collapse", 26),
+        # a 20-step window: 0.8 − 0.0375k < 0.5 · 0.8  ⇔  k > 10.67
+        ({"critic/score/mean": 0.05}, "reward_collapse", 31),
         ({"actor/pg_loss": math.nan}, "nonfinite", 21),
     ],
 )
@@ -94,7 +94,7 @@ def test_rules_turned_off_and_missing_keys_are_silent():
     # steps without the metric (eval-only lines) neither count nor break the window
     points = [(s, {"val-core/lab/acc/mean_at_4": 0.5}) if s % 2 else (s, m) for s, m in stream({"mismatch/rho_std": 4.0}, 41, 100)]
     [alert] = alerts_of(Monitor(), points)
-    assert alert.rule == "mismatch_growth" and alert.step == 54  # 7th even step from 42
+    assert alert.rule == "mismatch_growth" and alert.step == 52  # 6th even step from 42
 
 
 def test_fp32_rollouts_zero_mismatch_never_alert():
@@ -157,13 +157,13 @@ def test_no_false_alarm_on_healthy_runs(points):
 def test_run_monitor_writes_alerts_and_the_stop(tmp_path):
     monitor = RunMonitor(MonitorSpec(), tmp_path)
     stops = [(s, monitor.observe(s, m)) for s, m in stream({"mismatch/rho_std": 4.0, "critic/score/mean": 0.05}, 21)]
-    assert [s for s, stop in stops if stop is not None] == [26]
+    assert [s for s, stop in stops if stop is not None] == [31]
     assert [(a.rule, a.step, a.action) for a in read_alerts(tmp_path)] == [
-        ("reward_collapse", 26, "stop"),
-        ("mismatch_growth", 27, "warn"),  # the caller stops at 26; a monitor fed on keeps reporting
+        ("mismatch_growth", 26, "warn"),
+        ("reward_collapse", 31, "stop"),
     ]
     stop = read_stop(tmp_path)
-    assert (stop.rule, stop.step, stop.metric) == ("reward_collapse", 26, "critic/score/mean")
+    assert (stop.rule, stop.step, stop.metric) == ("reward_collapse", 31, "critic/score/mean")
     assert stop.threshold == pytest.approx(0.4)
 
 
@@ -184,12 +184,12 @@ def test_resumed_monitor_replays_history_without_repeating_alerts(tmp_path):
     first = RunMonitor(MonitorSpec(), tmp_path)
     for step, metrics in points[:30]:
         first.observe(step, metrics)
-    assert [a.step for a in read_alerts(tmp_path)] == [27]
+    assert [a.step for a in read_alerts(tmp_path)] == [26]
     # killed after step 30, resumed from a checkpoint at step 25: steps 26-30 are replayed live
     resumed = RunMonitor(MonitorSpec(), tmp_path, resume_step=25)
     for step, metrics in points[25:]:
         resumed.observe(step, metrics)
-    assert [a.step for a in read_alerts(tmp_path)] == [27]
+    assert [a.step for a in read_alerts(tmp_path)] == [26]
     # resumed after the alert: the windows already hold the growth, no second alert
     later = RunMonitor(MonitorSpec(), tmp_path, resume_step=30)
     assert all(later.observe(step, metrics) is None for step, metrics in points[30:])
@@ -218,12 +218,12 @@ def lab_cache(tmp_path_factory):
 
 def test_a_diverging_lab_run_is_stopped_with_its_checkpoint(tmp_path, lab_cache, monkeypatch):
     """×100 learning rate at step 12: the policy falls apart, reward goes to 0; the default
-    reward_collapse rule stops the run at step 18 (the 6th collapsed step of its 10-step window)."""
+    reward_collapse rule stops the run (at step 28 today: its 20-step window's mean halves)."""
     monkeypatch.setenv(LR_SPIKE_ENV, "12:100")
-    final, logger = run_lab(lab_run({"budget": {"steps": 30}}), tmp_path, lab_cache)
+    final, logger = run_lab(lab_run({"budget": {"steps": 36}}), tmp_path, lab_cache)
     stop = read_stop(tmp_path)
     assert stop is not None and stop.action == "stop"
-    assert 12 < max(logger.steps()) == stop.step < 30 and final == logger.steps()[stop.step]
+    assert 12 < max(logger.steps()) == stop.step < 36 and final == logger.steps()[stop.step]
     assert stop.rule in ("reward_collapse", "entropy_collapse", "mismatch_growth")
     assert any(a.step == stop.step and a.rule == stop.rule for a in read_alerts(tmp_path))
     state = torch.load(tmp_path / CHECKPOINT, weights_only=False)
@@ -264,4 +264,4 @@ def test_verl_forwarder_path_raises_the_same_alert(tmp_path):
 
     MetricsForwarder(verl_lines, Sink(), observe).pump()
     lab = alerts_of(Monitor(), stream({"critic/score/mean": 0.05}, 21))
-    assert stops == [26] and [(a.rule, a.step) for a in read_alerts(tmp_path)] == [(a.rule, a.step) for a in lab]
+    assert stops == [31] and [(a.rule, a.step) for a in read_alerts(tmp_path)] == [(a.rule, a.step) for a in lab]
