@@ -43,6 +43,10 @@ WATCHED = (*REWARD_KEYS, *MISMATCH_KEYS, *ENTROPY_KEYS, GEN_TOKENS_KEY)
 # The executor's states (cancelctl.launch.states), plus `stopped`: a run a monitor rule ended.
 ACTIVE = ("queued", "pending", "running")
 STOPPED = "stopped"
+ENDED = ("completed", "failed", "cancelled", STOPPED)
+# With runs neither active nor ended (unsubmitted: a launcher starting up, or none running), how
+# long to wait for one to start before leaving.
+IDLE_EXIT_S = 30.0
 STATE_ORDER = ("running", "pending", "queued", STOPPED, "failed", "cancelled", "unsubmitted", "completed")
 STATE_STYLE = {"running": "cyan", "pending": "yellow", "queued": "yellow", STOPPED: "magenta", "failed": "red",
                "cancelled": "dim", "completed": "green"}  # fmt: skip
@@ -185,6 +189,10 @@ class SweepView:
         return sum(run.state in ACTIVE for run in self.runs)
 
     @property
+    def ended(self) -> bool:
+        return all(run.state in ENDED for run in self.runs)
+
+    @property
     def gen_tokens(self) -> float:
         return sum(run.gen_tokens or 0.0 for run in self.runs)
 
@@ -255,7 +263,8 @@ def watch(
     sleep: Callable[[float], None] = time.sleep,
     max_refreshes: int | None = None,
 ) -> WatchResult:
-    """Show the sweep until no run is queued, pending or running (or Ctrl-C, or `max_refreshes`)."""
+    """Show the sweep until every run has ended (completed, failed, cancelled, stopped), or no run
+    has been queued, pending or running for IDLE_EXIT_S (nothing is launching the rest), or Ctrl-C."""
     console = console or Console()
     watcher = Watcher(states)
     view = watcher.poll()
@@ -287,11 +296,14 @@ def watch(
 
 
 def _loop(watcher: Watcher, view: SweepView, refresh_s: float, sleep, max_refreshes: int | None, show) -> SweepView:
-    refreshes = 1
-    while view.active and (max_refreshes is None or refreshes < max_refreshes):
+    """Refresh until every run has ended, or none is active and none started for IDLE_EXIT_S."""
+    refreshes, idle = 1, 0
+    patience = math.ceil(IDLE_EXIT_S / refresh_s) if refresh_s > 0 else 1
+    while not view.ended and idle < patience and (max_refreshes is None or refreshes < max_refreshes):
         sleep(refresh_s)
         view = watcher.poll()
         refreshes += 1
+        idle = 0 if view.active else idle + 1
         show(view)
     return view
 

@@ -192,3 +192,20 @@ def test_sparkline():
     assert sparkline([0.0, 0.5, 1.0]) == "▁▅█"
     assert sparkline([]) == "" and sparkline([float("nan")]) == ""
     assert sparkline([2.0, 0.0]) == "█▁"
+
+
+def test_waits_a_while_for_unsubmitted_runs_then_leaves(tmp_path):
+    """Runs that are neither active nor ended (a launcher still starting): watch waits IDLE_EXIT_S
+    for one to start; a run that starts resets the wait."""
+    sleeps = []
+    states = iter(["unsubmitted", "unsubmitted", "running", "unsubmitted"] + ["unsubmitted"] * 10)
+    current = {"state": "unsubmitted"}
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        current["state"] = next(states)
+
+    console, out = plain_console()
+    result = watch(lambda: [Status("r1", "grpo-s0", current["state"], 4, None)], console=console, refresh_s=10.0, sleep=sleep)
+    assert len(sleeps) == 6  # 2 idle, 1 active (reset), then 3 idle = 30 s
+    assert not result.interrupted and result.view.runs[0].state == "unsubmitted"
