@@ -74,8 +74,13 @@ class Alert:
 # ------------------------------------------------------------------------------------- windows
 
 
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return math.fsum(values) / len(values)
+
+
 class Window:
-    """The last `size` values and their mean (fsum over ≤ size values: exact, O(window))."""
+    """The last `size` values, their mean and median (over ≤ size values: O(window))."""
 
     def __init__(self, size: int) -> None:
         self.values: deque[float] = deque(maxlen=size)
@@ -89,7 +94,7 @@ class Window:
 
     @property
     def mean(self) -> float:
-        return math.fsum(self.values) / len(self.values)
+        return _mean(self.values)
 
     @property
     def median(self) -> float:
@@ -99,15 +104,15 @@ class Window:
 class Baseline:
     """The mean (or median) of a metric's first `size` values: the run's own reference level."""
 
-    def __init__(self, size: int, center: Callable[[list[float]], float] = lambda v: math.fsum(v) / len(v)) -> None:
+    def __init__(self, size: int, center: Callable[[list[float]], float] = _mean) -> None:
         self.size, self.center, self.values = size, center, []
-        self.mean: float | None = None
+        self.level: float | None = None  # set once the first `size` values are in
 
     def add(self, value: float) -> None:
-        if self.mean is None:
+        if self.level is None:
             self.values.append(value)
             if len(self.values) == self.size:
-                self.mean, self.values = self.center(self.values), []
+                self.level, self.values = self.center(self.values), []
 
 
 # --------------------------------------------------------------------------------------- rules
@@ -157,7 +162,7 @@ class MismatchGrowth(Rule):
     def check(self, key: str, value: float) -> Finding | None:
         self.baseline.add(value)
         self.recent.add(value)
-        base = self.baseline.mean
+        base = self.baseline.level
         if base is None or base <= 0 or not self.recent.full:  # fp32 rollouts: ρ ≡ 1, nothing to grow
             return None
         now = self.recent.median
@@ -182,7 +187,7 @@ class PccDrop(Rule):
     def check(self, key: str, value: float) -> Finding | None:
         self.baseline.add(value)
         self.recent.add(value)
-        base = self.baseline.mean
+        base = self.baseline.level
         if base is None or not self.recent.full or self.recent.mean >= base - self.drop:
             return None
         return Finding(self.recent.mean, base - self.drop, (
@@ -209,7 +214,8 @@ class EntropyCollapse(Rule):
             return None
         now = self.recent.mean
         if now < self.floor:
-            return Finding(now, self.floor, f"{key} collapsed: mean {now:.4g} over the last {self.window} steps, below the floor {self.floor:g}")
+            why = f"{key} collapsed: mean {now:.4g} over the last {self.window} steps, below the floor {self.floor:g}"
+            return Finding(now, self.floor, why)
         if self.previous.full and now < self.fall * self.previous.mean:
             before = self.previous.mean
             return Finding(now, self.fall * before, (
@@ -257,7 +263,8 @@ class NonFinite(Rule):
         if not bad or was_firing:
             return None
         shown = ", ".join(f"{k}={metrics[k]}" for k in bad[:4]) + (f" (+{len(bad) - 4} more)" if len(bad) > 4 else "")
-        return Alert(self.name, step, bad[0], float(metrics[bad[0]]), math.inf, self.action, f"non-finite metrics: {shown}")
+        why = f"non-finite metrics: {shown}"
+        return Alert(self.name, step, bad[0], float(metrics[bad[0]]), math.inf, self.action, why)
 
 
 RULES = (

@@ -345,7 +345,8 @@ def render(view: SweepView, title: str, height: int = 50) -> Group:
 
 
 PLAIN_COLUMNS = (("run", 28, "<"), ("state", 11, "<"), ("step", 9, ">"), ("reward", 7, ">"), ("rho_std", 9, ">"),
-                 ("entropy", 8, ">"), ("reward trend", SPARK_POINTS + 2, "<"), ("s/step", 7, ">"), ("alerts", 0, "<"))  # fmt: skip
+                 ("entropy", 8, ">"), ("reward trend", SPARK_POINTS + 2, "<"), ("s/step", 7, ">"),
+                 ("alerts", 0, "<"))  # fmt: skip
 
 
 def plain_summary(view: SweepView, title: str) -> list[str]:
@@ -490,7 +491,8 @@ def folder_states(runs_dir: Path) -> StatesFn:
                 except (OSError, ValueError):
                     continue  # not (yet) a run folder
                 steps = ((record.get("run") or {}).get("spec") or {}).get("budget", {}).get("steps")
-                identity[run_dir] = (str(record.get("run_id") or run_dir.name), str(record.get("name") or run_dir.name), steps)
+                run_id, name = record.get("run_id") or run_dir.name, record.get("name") or run_dir.name
+                identity[run_dir] = (str(run_id), str(name), steps)
             run_id, name, steps = identity[run_dir]
             state, reason = _folder_state(run_dir)
             out.append(FolderRun(run_id, name, state, steps, run_dir, reason))
