@@ -22,8 +22,9 @@ from cancelctl.spec import ExperimentSpec, SweepSpec
 from cancelctl.yamlpos import Location, YamlSyntaxError, load_yaml_file
 
 # Fields that say where/how a run executes, not what it computes: excluded from the run id so the
-# same science moved from the laptop to SLURM keeps its id (and is never run twice).
-EXECUTION_FIELDS = ("executor", "cluster", "tracking")
+# same science moved from the laptop to SLURM keeps its id (and is never run twice); the monitor's
+# alert rules are operations too (tightening a threshold is not a new experiment).
+EXECUTION_FIELDS = ("executor", "cluster", "tracking", "monitor")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from pydantic_core import PydanticCustomError
 
 from cancelctl.claims_spec import ClaimSpec, claims_arm_errors
 from cancelctl.executors.registry import executor_names
+from cancelctl.monitor_spec import MonitorSpec
 from losses import catalog
 
 
@@ -236,6 +237,7 @@ class ExperimentSpec(Strict):
     cluster: ClusterSpec = ClusterSpec()
     tracking: TrackingSpec = TrackingSpec()
     lab: LabSpec = LabSpec()
+    monitor: MonitorSpec = MonitorSpec()
 
     @property
     def max_new_tokens(self) -> int:

@@ -35,6 +35,7 @@ from cancelctl.backends.lab.objective import build_loss, loss_config, needs_grou
 from cancelctl.backends.lab.policy import PolicyConfig, TinyCausalLM, response_forward, token_entropy
 from cancelctl.backends.lab.rollout import InferenceEngine, RolloutBatch, generate
 from cancelctl.backends.lab.task import VOCAB, ArithmeticTask
+from cancelctl.monitor import RunMonitor, lr_spike
 from cancelctl.plan import RunSpec
 from cancelctl.spec import AlgorithmSpec, ExperimentSpec
 from losses.metrics import dfpo_weight_dispersion
@@ -146,9 +147,13 @@ class LabRun:
             raise RuntimeError("lab.fail_at_step=0: injected failure (executor tests)")
         if not self.resume():
             self.logger.log(0, self.evaluate(0))  # the warm start's accuracy, before any update
+        monitor, spike = RunMonitor(spec.monitor, self.run_dir, resume_step=self.progress.step), lr_spike()
         for step in range(self.progress.step + 1, spec.budget.steps + 1):
             if spec.lab.fail_at_step == step:
                 raise RuntimeError(f"lab.fail_at_step={step}: injected failure (executor tests)")
+            if spike is not None and spike[0] == step:  # test support: diverge on purpose (monitor.LR_SPIKE_ENV)
+                for group in self.optimizer.param_groups:
+                    group["lr"] *= spike[1]
             started = time.perf_counter()
             metrics = self.train_step(step)
             if step % spec.eval.every == 0 or step == spec.budget.steps:
@@ -166,8 +171,11 @@ class LabRun:
                 raise RuntimeError(f"lab step {step} lacks metric keys {sorted(missing)}")
             self.progress.step, self.progress.last_metrics = step, metrics
             self.logger.log(step, metrics)
-            if step % spec.lab.checkpoint_every == 0 or step == spec.budget.steps:
+            stop = monitor.observe(step, metrics)  # alerts.jsonl; a `stop` rule writes stopped.json
+            if stop is not None or step % spec.lab.checkpoint_every == 0 or step == spec.budget.steps:
                 self.save()
+            if stop is not None:  # ends at this step boundary, its checkpoint kept
+                break
             preemption.at_step_boundary(self.save)  # requeue/timeout signal: save, then hand over
         return dict(self.progress.last_metrics)
 

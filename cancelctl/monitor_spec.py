@@ -1,0 +1,96 @@
+"""The spec's `monitor:` block: alert rules evaluated inside the job at every step (`cancelctl.monitor`).
+
+Defaults follow [H] §5.3 and App. D: the training–inference mismatch (std of ρ = π_train/π_infer)
+grows first and is the earliest warning, a falling PCC of π_train vs π_infer says the same, and
+entropy and reward collapse come later and are irreversible — so the early signals warn and the
+late ones stop the run (its checkpoint is kept: a stop is cheap to undo, a collapsed run is not).
+Thresholds are ratios or relative drops over windows of steps, so one default fits the lab (ρ std ~5e-3)
+and an LLM alike; no default fires on the lab demo's healthy runs (tests/test_monitor.py).
+
+Every rule reads the first of its `keys` present in a step's metrics (the SPEC names first, then
+verl's own spelling of the same quantity), and skips steps where none is.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# `off` disables a rule (an arm can patch `monitor.<rule>.action: off`).
+Action = Literal["warn", "stop", "off"]
+
+
+class _Strict(BaseModel):
+    # spec.Strict's settings (spec.py imports this module, so it cannot be imported from there)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
+
+
+class MismatchGrowthRule(_Strict):
+    """Mismatch growth [H §5.3, App. D]: median of the last `window` values over the median of the
+    first `window` (the run's baseline) ≥ `ratio`. A ratio, not a slope: ρ's std differs by orders
+    of magnitude between precisions and models, its growth factor does not."""
+
+    action: Action = "warn"
+    keys: list[str] = Field(
+        default_factory=lambda: ["mismatch/rho_std", "rollout_corr/rollout_is_std"],
+        min_length=1,
+        description="std of rho per step (SPEC name; verl's rollout_is std when rollout_correction.rollout_is is on)",
+    )
+    window: int = Field(10, ge=1, le=10_000, description="steps per window (baseline and recent)")
+    ratio: float = Field(3.0, gt=1, description="recent / baseline window median that raises the alert")
+
+
+class PccDropRule(_Strict):
+    """PCC drop [H Fig. 3, Fig. 9a]: the mean PCC of the last `window` steps is `drop` below the
+    baseline window's mean."""
+
+    action: Action = "warn"
+    keys: list[str] = Field(
+        default_factory=lambda: ["mismatch/pcc", "training/rollout_actor_probs_pearson_corr"], min_length=1
+    )
+    window: int = Field(10, ge=1, le=10_000)
+    drop: float = Field(0.05, gt=0, le=2, description="absolute fall of the window mean below the baseline's")
+
+
+class EntropyCollapseRule(_Strict):
+    """Token-entropy collapse [H App. D.1]: the window mean below `floor`, or below `fall` times
+    the mean of the window before it (a fast fall)."""
+
+    action: Action = "stop"
+    keys: list[str] = Field(default_factory=lambda: ["actor/entropy"], min_length=1)
+    window: int = Field(10, ge=1, le=10_000)
+    floor: float = Field(0.01, ge=0, description="nats per token; healthy RLVR runs stay well above")
+    fall: float = Field(0.5, gt=0, lt=1, description="window mean / previous window mean that counts as a collapse")
+
+
+class RewardCollapseRule(_Strict):
+    """Reward collapse [H §5.3]: the window mean fell below (1 − `drop`) × the best window mean of
+    the run, once that best is at least `min_best` (a run at zero reward has nothing to lose)."""
+
+    action: Action = "stop"
+    keys: list[str] = Field(default_factory=lambda: ["critic/score/mean"], min_length=1)
+    # 20, not 10: a step's mean reward over a small batch is noisy (64 rollouts at reward 0.1: ±12%
+    # per 10-step mean), and a false stop costs a restart
+    window: int = Field(20, ge=1, le=10_000)
+    drop: float = Field(0.5, gt=0, le=1, description="relative drop from the run's best window mean")
+    min_best: float = Field(
+        0.1, ge=0, description="no alert before the best window mean reaches this (near 0, a 50% drop is noise)"
+    )
+
+
+class NonFiniteRule(_Strict):
+    """Any NaN/±inf metric value: the update blew up."""
+
+    action: Action = "stop"
+
+
+class MonitorSpec(_Strict):
+    """Alert rules evaluated inside the job after every step; alerts go to the run folder's
+    alerts.jsonl, a `stop` ends the run at that step boundary with its checkpoint kept."""
+
+    mismatch_growth: MismatchGrowthRule = MismatchGrowthRule()
+    pcc_drop: PccDropRule = PccDropRule()
+    entropy_collapse: EntropyCollapseRule = EntropyCollapseRule()
+    reward_collapse: RewardCollapseRule = RewardCollapseRule()
+    nonfinite: NonFiniteRule = NonFiniteRule()
