@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from project_paths import ROOT
+from slurm_gate import cluster_problem
 from typer.testing import CliRunner
 
 from cancelctl.cli import app
@@ -163,14 +164,11 @@ def test_bench_losses_example():
     assert re.search(r"dfpo.*×", result.output) and "transform" in result.output
 
 
-def _slurm_up() -> bool:
-    return shutil.which("sinfo") is not None and subprocess.run(["sinfo"], capture_output=True).returncode == 0
-
-
 @pytest.mark.slurm
 def test_slurm_examples(tmp_path, monkeypatch):
-    if not _slurm_up():
-        pytest.skip("no SLURM cluster (start one with .ci/slurm-up.sh)")
+    problem = cluster_problem()
+    if problem is not None:
+        pytest.skip(problem)
     shutil.copytree(ROOT / "experiments", tmp_path / "experiments")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CANCELCTL_WORKDIR", str(tmp_path / ".cancelctl"))

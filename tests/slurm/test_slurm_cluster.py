@@ -20,31 +20,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from slurm_gate import cluster_cpus, cluster_problem
 
+from cancelctl.executors import slurm_commands as slurm_mod
 from cancelctl.jobs import read_attempts, read_error
 from cancelctl.launch import cancel_sweep, launch_sweep, sweep_status, wait_for_sweep
-from cancelctl.executors import slurm_commands as slurm_mod
-from cancelctl.workdir import sweep_paths
 from cancelctl.launch.states import last_step
 from cancelctl.plan import load_sweep
+from cancelctl.workdir import sweep_paths
 
-
-def _cluster_problem() -> str | None:
-    if shutil.which("sinfo") is None or not slurm_mod.slurm_available():
-        return "no SLURM cluster: sinfo/sbatch not found (start one with .ci/slurm-up.sh)"
-    try:
-        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
-    except subprocess.TimeoutExpired:
-        return "no SLURM cluster: sinfo did not answer in 20 s"
-    if out.returncode != 0 or not ({"idle", "mixed", "allocated"} & set(out.stdout.split())):
-        return f"no usable SLURM node (sinfo: {out.stdout.strip() or out.stderr.strip()}); run .ci/slurm-up.sh"
-    acct = subprocess.run(["sacct", "-n", "-X", "-j", "1"], capture_output=True, text=True, timeout=20)
-    if acct.returncode != 0:
-        return f"SLURM accounting (slurmdbd) is off: {acct.stderr.strip()}; run .ci/slurm-up.sh"
-    return None
-
-
-_PROBLEM = _cluster_problem()
+_PROBLEM = cluster_problem()
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")]
 
 TINY_LAB = {"d_model": 16, "n_layers": 1, "n_heads": 2, "warmstart_steps": 5, "checkpoint_every": 2, "max_operand": 5}
@@ -185,6 +170,8 @@ def test_sweep_goes_out_as_one_array_lands_in_mlflow_and_retry_resubmits_only_th
 
 
 def test_scancelled_task_is_failed_within_30s_and_cancel_leaves_nothing_running(tmp_path, template_db, launched):
+    if cluster_cpus() < 4:  # four 1-CPU tasks must train at once (a victim, a killed one, two that go on)
+        pytest.skip(f"needs 4 CPUs for 4 concurrent tasks; the cluster offers {cluster_cpus()}")
     sweep = load_sweep(write_sweep(tmp_path, "cancel", arms=loss_arms(2), seeds=(0, 1), steps=LONG))
     workdir = make_workdir(tmp_path, template_db)
     launched.append((workdir, sweep.name))
