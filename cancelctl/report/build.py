@@ -58,6 +58,7 @@ def build_report(
     plots: bool = True,
     claims: Sequence[ClaimSpec] = (),
     claims_only: bool = False,
+    notes: Sequence[str] = (),
 ) -> Report:
     """Build the sweep report and write it to `out_dir` (the report folder itself, e.g.
     results/<sweep>; see `default_report_dir`).
@@ -74,7 +75,8 @@ def build_report(
         raise SpecError(f"--compute must be one of {', '.join(COMPUTE_KEYS)}, got {compute!r}", title=CANNOT)
     if smooth_window < 1:
         raise SpecError(f"smooth_window must be >= 1, got {smooth_window}", title=CANNOT)
-    prepared, notes = prepare_sweep(runs, metrics, baseline, include_unfinished, n_boot, seed)
+    prepared, prepare_notes = prepare_sweep(runs, metrics, baseline, include_unfinished, n_boot, seed)
+    notes = [*notes, *prepare_notes]
     violations = analysis.check_compute_matched(prepared.runs.reset_index(drop=True), prepared.by_key, tol=token_tol)
     if violations and not allow_unmatched:
         raise UnmatchedArmsError(violations)

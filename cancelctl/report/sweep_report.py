@@ -35,6 +35,10 @@ def report_sweep(
     runs, metrics = collect(uri, experiment, workdir)
     if runs.empty:
         raise SpecError(f"sweep {sweep!r}: no runs found in {uri} or under {workdir}")
+    planned = current_sweep(workdir, sweep)
+    runs, metrics, stale_notes = only_current_runs(runs, metrics, planned)
+    if runs.empty:
+        raise SpecError(f"sweep {sweep!r}: none of the runs the sweep file plans now has run yet (cancelctl sweep FILE)")
     return build_report(
         runs,
         metrics,
@@ -46,8 +50,9 @@ def report_sweep(
         out_dir=out or default_report_dir(sweep),
         allow_unmatched=allow_unmatched,
         console=console,
-        claims=sweep_claims(workdir, sweep),
+        claims=list(planned.spec.claims) if planned is not None else [],
         claims_only=claims_only,
+        notes=stale_notes,
     )
 
 
@@ -64,20 +69,39 @@ def sweep_baseline(workdir: Path, sweep: str) -> str:
     return manifest.baseline
 
 
-def sweep_claims(workdir: Path, sweep: str) -> list:
-    """The `claims:` of the sweep file as it is now (the manifest records its path); none when the file
-    is gone or no longer loads (the rest of the report does not depend on it)."""
+def current_sweep(workdir: Path, sweep: str):
+    """The sweep file as it is now (the manifest records its path), planned: the runs and claims the
+    report is about. None when the file is gone or no longer loads (then every collected run counts)."""
     from cancelctl.plan import load_sweep
     from cancelctl.workdir import sweep_paths
 
     store = sweep_paths(workdir, sweep).store
     manifest = store.load() if store.exists() else None
     if manifest is None or not manifest.file or not Path(manifest.file).is_file():
-        return []
+        return None
     try:
-        return list(load_sweep(manifest.file, allow_unmatched=True).spec.claims)
+        planned = load_sweep(manifest.file, allow_unmatched=True)
     except SpecError:
-        return []
+        return None
+    return planned if planned.spec.name == sweep else None
+
+
+def only_current_runs(runs, metrics, planned) -> tuple:
+    """Keep the runs the sweep file plans now; runs of earlier versions (an edited arm, another file
+    reusing the name) are stale: listed in a note, never averaged in."""
+    if planned is None:
+        return runs, metrics, []
+    current = {run.run_id for run in planned.runs}
+    keep = runs["run_id"].isin(current)
+    stale = runs.loc[~keep]
+    if stale.empty:
+        return runs, metrics, []
+    names = ", ".join(sorted(stale["name"].astype(str)))
+    note = (
+        f"{len(stale)} run(s) of earlier versions of {planned.file} left out as stale (not in the sweep file "
+        f"as it is now): {names}"
+    )
+    return runs.loc[keep], metrics[metrics["run_id"].isin(current)], [note]
 
 
 def latest_sweep_name(workdir: Path) -> str:

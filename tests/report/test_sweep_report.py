@@ -1,0 +1,42 @@
+"""`report SWEEP` reports the runs of the sweep file as it is now: runs of an earlier version (an edited
+arm) are listed as stale, never averaged in (issue: a report mixed two learning rates silently)."""
+
+import textwrap
+
+from typer.testing import CliRunner
+
+from cancelctl.cli import app
+from cancelctl.report.sweep_report import report_sweep
+
+SWEEP = """
+name: rt
+base:
+  backend: lab
+  executor: debug
+  rollout: {G: 4, max_new_tokens: 8}
+  algorithm: {lr: 5.0e-4, mini_batch_size: 2}
+  budget: {steps: 2, prompts_per_step: 4}
+  lab: {d_model: 16, n_heads: 2, warmstart_steps: 5, max_operand: 5}
+  eval: {every: 2, k: 1, prompts: 4}
+arms:
+  a: {algorithm: {loss: grpo}}
+  b: {algorithm: {loss: gspo{lr}}}
+seeds: [0, 1, 2]
+baseline: a
+"""
+
+
+def test_report_leaves_out_runs_of_an_earlier_version_of_the_sweep(tmp_path):
+    path, work = tmp_path / "rt.yaml", tmp_path / "work"
+    runner = CliRunner()
+    path.write_text(textwrap.dedent(SWEEP.replace("{lr}", "")))
+    assert runner.invoke(app, ["sweep", str(path), "-w", str(work)]).exit_code == 0
+    path.write_text(textwrap.dedent(SWEEP.replace("{lr}", ", lr: 1.0e-3")))  # arm b edited
+    result = runner.invoke(app, ["sweep", str(path), "-w", str(work)])
+    assert result.exit_code == 0 and "submitted 3" in result.output, result.output
+
+    report = report_sweep(work, "rt", out=tmp_path / "report")
+    scores = report.table("final_scores").data
+    assert set(scores["n_seeds"]) == {3}  # was 6 for arm b: both learning rates averaged
+    stale = [note for note in report.notes if "stale" in note]
+    assert len(stale) == 1 and stale[0].startswith("3 run(s) of earlier versions") and "b-s0" in stale[0]
