@@ -26,13 +26,13 @@ def report_sweep(
     console: Console | None = None,
     claims_only: bool = False,
 ):
-    from cancelctl.tracking import collect, resolve_tracking_uri
+    from cancelctl.tracking import resolve_tracking_uri
 
     sweep = sweep or latest_sweep_name(workdir)
     baseline = baseline or sweep_baseline(workdir, sweep)
     store_uri, experiment = sweep_tracking_target(workdir, sweep)
     uri = uri or store_uri or resolve_tracking_uri(None, workdir)
-    runs, metrics = collect(uri, experiment, workdir)
+    runs, metrics, store_notes = collect_sweep(uri, experiment, workdir)
     if runs.empty:
         raise SpecError(f"sweep {sweep!r}: no runs found in {uri} or under {workdir}")
     planned = current_sweep(workdir, sweep)
@@ -52,7 +52,7 @@ def report_sweep(
         console=console,
         claims=list(planned.spec.claims) if planned is not None else [],
         claims_only=claims_only,
-        notes=stale_notes,
+        notes=store_notes + stale_notes,
     )
 
 
@@ -67,6 +67,23 @@ def sweep_baseline(workdir: Path, sweep: str) -> str:
         known = f" (arms: {', '.join(arms)})" if arms else ""
         raise SpecError(f"sweep {sweep!r} names no baseline arm: pass --baseline ARM{known}")
     return manifest.baseline
+
+
+def collect_sweep(uri: str, experiment: str, workdir: Path) -> tuple:
+    """The sweep's runs from the tracking store and the run folders; when the store cannot be reached
+    (a tracking server down), from the run folders alone, where every point is kept — with a note."""
+    from cancelctl.tracking.collect import collect, collect_run_folders
+    from cancelctl.tracking.uri import fast_fail_http, probe_store
+
+    problem = probe_store(uri)
+    if problem is None:
+        try:
+            with fast_fail_http():
+                return (*collect(uri, experiment, workdir), [])
+        except Exception as exc:  # MlflowException, connection errors: the store, not the sweep
+            problem = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    runs, metrics = collect_run_folders(uri, experiment, workdir)
+    return runs, metrics, [f"tracking store {uri} unreachable ({problem}): reported from the run folders (metrics.jsonl)"]
 
 
 def current_sweep(workdir: Path, sweep: str):

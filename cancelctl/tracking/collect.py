@@ -86,6 +86,14 @@ def collect(
     return runs, metrics
 
 
+def collect_run_folders(uri: str, experiment: str, workdir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`collect` from the run folders alone (every point of metrics.jsonl), for when the tracking
+    store cannot be reached: the same frames, states from the run folders."""
+    runs = _runs_frame([])
+    metrics = _metrics_frame(_empty_raw_metrics(), {})
+    return _merge_run_folders(runs, metrics, Path(workdir), normalize_tracking_uri(uri), experiment)
+
+
 # -- reading the store ------------------------------------------------------------------------
 
 

@@ -40,3 +40,9 @@ def test_report_leaves_out_runs_of_an_earlier_version_of_the_sweep(tmp_path):
     assert set(scores["n_seeds"]) == {3}  # was 6 for arm b: both learning rates averaged
     stale = [note for note in report.notes if "stale" in note]
     assert len(stale) == 1 and stale[0].startswith("3 run(s) of earlier versions") and "b-s0" in stale[0]
+
+    # the tracking server down: the same report from the run folders, saying so (was a traceback)
+    offline = report_sweep(work, "rt", out=tmp_path / "offline", uri="http://127.0.0.1:9")
+    assert any("unreachable" in note and "run folders" in note for note in offline.notes)
+    cols = ["group", "arm", "benchmark", "n_seeds", "mean"]
+    assert offline.table("final_scores").data[cols].equals(scores[cols])
