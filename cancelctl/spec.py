@@ -42,6 +42,22 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class MoeSpec(Strict):
+    """A mixture-of-experts feed-forward in every lab block: a linear router picks the top_k of
+    `experts` MLPs per token (gates = softmax over the chosen router logits, as Mixtral). The
+    inference copy runs its router in the rollout precision, so it can route a token differently
+    from the fp32 trainer: the routing mismatch [H] attributes to MoE models."""
+
+    experts: int = Field(4, ge=2, le=16, description="expert MLPs per block")
+    top_k: int = Field(2, ge=1, le=16, description="experts each token is routed to")
+
+    @model_validator(mode="after")
+    def _k_within_experts(self) -> MoeSpec:
+        if self.top_k > self.experts:
+            raise ValueError(f"lab.moe.top_k ({self.top_k}) must be at most lab.moe.experts ({self.experts})")
+        return self
+
+
 class LabSpec(Strict):
     """The CPU lab: a tiny causal transformer on a synthetic verifiable task (ignored by verl)."""
 
@@ -60,6 +76,7 @@ class LabSpec(Strict):
     balance_max_rounds: int = Field(
         8, ge=1, description="reward_balanced: generation rounds per step before settling for the best batch found"
     )
+    moe: MoeSpec | None = Field(None, description="mixture-of-experts feed-forward (null: one dense MLP per block)")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> LabSpec:
@@ -152,7 +169,16 @@ class RolloutSpec(Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int | None = Field(None, ge=1, description="default: data.max_response_length")
     engine: Literal["vllm", "sglang"] = "vllm"
-    precision: Literal["fp32", "bf16"] = Field("bf16", description="lab inference precision (bf16 = mismatch)")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "bf16", description="lab inference copy's weights and activations (fp32 = the trainer itself, no mismatch)"
+    )
+    logit_mantissa_bits: int | None = Field(
+        None,
+        ge=0,
+        le=22,
+        description="lab: the inference copy rounds its logits (vocabulary and MoE router) to this many mantissa "
+        "bits before sampling and before its log-probs (7 = bf16's, 10 = fp16's); null = no extra rounding",
+    )
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
 
 
