@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from losses import catalog
@@ -42,9 +51,15 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def _without_unset_levers(dumped: dict[str, Any], levers: tuple[str, ...]) -> dict[str, Any]:
+    """A lab lever left at None is not dumped: run ids hash the dumped spec, so adding a lever keeps
+    every existing run's id (and its finished result) unchanged."""
+    return {k: v for k, v in dumped.items() if not (k in levers and v is None)}
+
+
 class MoeSpec(Strict):
     """A mixture-of-experts feed-forward in every lab block: a linear router picks the top_k of
-    `experts` MLPs per token (gates = softmax over the chosen router logits, as Mixtral). The
+    `experts` MLPs per token (gates = their softmax router probabilities, as Switch). The
     inference copy runs its router in the rollout precision, so it can route a token differently
     from the fp32 trainer: the routing mismatch [H] attributes to MoE models."""
 
@@ -77,6 +92,10 @@ class LabSpec(Strict):
         8, ge=1, description="reward_balanced: generation rounds per step before settling for the best batch found"
     )
     moe: MoeSpec | None = Field(None, description="mixture-of-experts feed-forward (null: one dense MLP per block)")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> dict[str, Any]:
+        return _without_unset_levers(handler(self), ("moe",))
 
     @model_validator(mode="after")
     def _heads_divide(self) -> LabSpec:
@@ -170,7 +189,9 @@ class RolloutSpec(Strict):
     max_new_tokens: int | None = Field(None, ge=1, description="default: data.max_response_length")
     engine: Literal["vllm", "sglang"] = "vllm"
     precision: Literal["fp32", "bf16", "fp16"] = Field(
-        "bf16", description="lab inference copy's weights and activations (fp32 = the trainer itself, no mismatch)"
+        "bf16",
+        description="lab inference copy's weights and activations "
+        "(fp32 without logit_mantissa_bits: the trainer itself, no mismatch)",
     )
     logit_mantissa_bits: int | None = Field(
         None,
@@ -180,6 +201,10 @@ class RolloutSpec(Strict):
         "bits before sampling and before its log-probs (7 = bf16's, 10 = fp16's); null = no extra rounding",
     )
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> dict[str, Any]:
+        return _without_unset_levers(handler(self), ("logit_mantissa_bits",))
 
 
 class BatchingSpec(Strict):

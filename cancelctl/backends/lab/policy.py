@@ -45,8 +45,9 @@ def mlp(d_model: int) -> nn.Sequential:
 
 class MoEFeedForward(nn.Module):
     """Top-k mixture of experts: a bias-free linear router scores the experts per token, the token goes
-    to the k best, their outputs are mixed with gates = softmax over those k router logits (Mixtral's
-    rule). Routing is a hard, discontinuous choice: two copies whose router logits differ by rounding
+    to the k best, their outputs are mixed with gates = those experts' softmax probabilities over all
+    experts (Switch Transformer's rule, not renormalised: at k = 1 a renormalised gate would be the
+    constant 1 and the router would get no gradient). Routing is a hard, discontinuous choice: two copies whose router logits differ by rounding
     can send a near-tie token to different experts. `round_bits` (set on the inference copy only)
     rounds the router logits to that many mantissa bits."""
 
@@ -58,12 +59,13 @@ class MoEFeedForward(nn.Module):
         self.round_bits: int | None = None
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [n, D] → chosen experts [n, k] (best first) and their gates [n, k] (sum 1)."""
+        """x [n, D] → chosen experts [n, k] (best first) and their gates [n, k]."""
         scores = self.router(x)
         if self.round_bits is not None:
             scores = round_mantissa(scores, self.round_bits).to(scores.dtype)
-        top, chosen = scores.topk(self.top_k, dim=-1)
-        return chosen, torch.softmax(top.float(), dim=-1).to(x.dtype)
+        chosen = scores.topk(self.top_k, dim=-1).indices
+        gates = torch.softmax(scores.float(), dim=-1).gather(-1, chosen)
+        return chosen, gates.to(x.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
