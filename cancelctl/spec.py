@@ -18,6 +18,7 @@ from pydantic import (
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -72,6 +73,28 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 
+def _without_unset_levers(dumped: dict[str, Any], levers: tuple[str, ...]) -> dict[str, Any]:
+    """A lab lever left at None is not dumped: run ids hash the dumped spec, so adding a lever keeps
+    every existing run's id (and its finished result) unchanged."""
+    return {k: v for k, v in dumped.items() if not (k in levers and v is None)}
+
+
+class MoeSpec(Strict):
+    """A mixture-of-experts feed-forward in every lab block: a linear router picks the top_k of
+    `experts` MLPs per token (gates = their softmax router probabilities, as Switch). The
+    inference copy runs its router in the rollout precision, so it can route a token differently
+    from the fp32 trainer: the routing mismatch [H] attributes to MoE models."""
+
+    experts: int = Field(4, ge=2, le=16, description="expert MLPs per block")
+    top_k: int = Field(2, ge=1, le=16, description="experts each token is routed to")
+
+    @model_validator(mode="after")
+    def _k_within_experts(self) -> MoeSpec:
+        if self.top_k > self.experts:
+            raise ValueError(f"lab.moe.top_k ({self.top_k}) must be at most lab.moe.experts ({self.experts})")
+        return self
+
+
 class LabSpec(Strict):
     """The CPU lab: a tiny causal transformer on a synthetic verifiable task (ignored by verl)."""
 
@@ -90,6 +113,11 @@ class LabSpec(Strict):
     balance_max_rounds: int = Field(
         8, ge=1, description="reward_balanced: generation rounds per step before settling for the best batch found"
     )
+    moe: MoeSpec | None = Field(None, description="mixture-of-experts feed-forward (null: one dense MLP per block)")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> dict[str, Any]:
+        return _without_unset_levers(handler(self), ("moe",))
 
     @model_validator(mode="after")
     def _heads_divide(self) -> LabSpec:
@@ -182,8 +210,23 @@ class RolloutSpec(Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int | None = Field(None, ge=1, description="default: data.max_response_length")
     engine: Literal["vllm", "sglang"] = "vllm"
-    precision: Literal["fp32", "bf16"] = Field("bf16", description="lab inference precision (bf16 = mismatch)")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "bf16",
+        description="lab inference copy's weights and activations "
+        "(fp32 without logit_mantissa_bits: the trainer itself, no mismatch)",
+    )
+    logit_mantissa_bits: int | None = Field(
+        None,
+        ge=0,
+        le=22,
+        description="lab: the inference copy rounds its logits (vocabulary and MoE router) to this many mantissa "
+        "bits before sampling and before its log-probs (7 = bf16's, 10 = fp16's); null = no extra rounding",
+    )
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> dict[str, Any]:
+        return _without_unset_levers(handler(self), ("logit_mantissa_bits",))
 
 
 class BatchingSpec(Strict):

@@ -1,10 +1,12 @@
 """Rollouts: G samples per prompt, all prompts × G in one batch, in the rollout's own precision.
 
-The "inference engine" is a copy of the policy in the rollout precision: `bf16` casts the weights
-to bfloat16 (as vLLM serves bf16 weights) and records the log-probs of the tokens it samples, so
-π_infer ≠ π_train and ρ = π_train/π_infer [H eq. 5] is a real, measurable mismatch. `fp32` is the
-trainer itself: its rollout log-probs come from the trainer's own forward over the finished batch,
-the very computation that later gives old_log_prob, so the mismatch is exactly 0.
+The "inference engine" is a copy of the policy in the rollout precision: `bf16` / `fp16` cast the
+weights (as vLLM serves bf16 weights) and record the log-probs of the tokens they sample, so
+π_infer ≠ π_train and ρ = π_train/π_infer [H eq. 5] is a real, measurable mismatch. With
+`logit_bits` the copy also rounds its logits (vocabulary and MoE router) to that many mantissa
+bits, a controllable extra mismatch that costs no slow low-precision CPU kernels at fp32. `fp32`
+without rounding is the trainer itself: its rollout log-probs come from the trainer's own forward
+over the finished batch, the very computation that later gives old_log_prob, so the mismatch is 0.
 
 Log-probs are those of the temperature-scaled distribution before top-p truncation, the one the
 trainer recomputes (top-p only narrows what is sampled). Sampling uses a KV
@@ -18,10 +20,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from cancelctl.backends.lab.policy import KVCache, TinyCausalLM, response_forward
+from cancelctl.backends.lab.policy import KVCache, MoEFeedForward, TinyCausalLM, response_forward, round_mantissa
 from cancelctl.backends.lab.task import EOS_ID, PAD_ID, ArithmeticTask, Problem
 
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
@@ -98,14 +100,27 @@ class RolloutBatch:
 
 
 class InferenceEngine:
-    """The model that samples. `fp32`: the trainer itself. `bf16`: a bfloat16 copy whose weights are
-    re-synced from the trainer before every generation (as verl syncs weights into vLLM)."""
+    """The model that samples. `fp32` without `logit_bits`: the trainer itself. Otherwise a copy in the
+    precision (rounding its logits to `logit_bits` mantissa bits when set) whose weights are re-synced
+    from the trainer before every generation (as verl syncs weights into vLLM)."""
 
-    def __init__(self, model: TinyCausalLM, precision: str) -> None:
-        self.trainer, self.precision = model, precision
-        self.model = (
-            model if precision == "fp32" else copy.deepcopy(model).to(PRECISIONS[precision]).requires_grad_(False)
-        )
+    def __init__(self, model: TinyCausalLM, precision: str, logit_bits: int | None = None) -> None:
+        self.trainer, self.precision, self.logit_bits = model, precision, logit_bits
+        if self.is_trainer:
+            self.model = model
+            return
+        self.model = copy.deepcopy(model).to(PRECISIONS[precision]).requires_grad_(False)
+        for module in self.model.modules():
+            if isinstance(module, MoEFeedForward):
+                module.round_bits = logit_bits
+
+    @property
+    def is_trainer(self) -> bool:
+        return self.precision == "fp32" and self.logit_bits is None
+
+    def logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """The copy's next-token logits as fp32, after its simulated rounding."""
+        return logits.float() if self.logit_bits is None else round_mantissa(logits, self.logit_bits)
 
     @torch.no_grad()
     def sync(self) -> TinyCausalLM:
@@ -152,16 +167,22 @@ def generate(
     sampler = engine.sync()
     rows = [p for p in problems for _ in range(G)]
     P, N = task.max_prompt_len, len(rows)
-    prompt = prompt_block(task, rows, P)
-    prompt_valid = prompt != PAD_ID
+    # one prompt pass per problem, its keys and last logits shared by the G rows of its group
+    # (row-wise the same numbers as a pass over all N rows, at 1/G of the cost)
+    unique = prompt_block(task, problems, P)
+    unique_valid = unique != PAD_ID
     caches = [KVCache() for _ in sampler.blocks]
-    logits = sampler.decode_step(prompt, (prompt_valid.long().cumsum(-1) - 1).clamp(min=0), prompt_valid, caches)
+    logits = sampler.decode_step(unique, (unique_valid.long().cumsum(-1) - 1).clamp(min=0), unique_valid, caches)
+    logits = logits[:, -1:].repeat_interleave(G, dim=0)
+    for cache in caches:
+        cache.repeat_rows(G)
+    prompt, prompt_valid = unique.repeat_interleave(G, dim=0), unique_valid.repeat_interleave(G, dim=0)
     next_pos = prompt_valid.sum(-1, keepdim=True)
     key_valid = prompt_valid
     tokens, log_probs, alive = [], [], []
     done = torch.zeros(N, dtype=torch.bool)
     for t in range(max_new_tokens):
-        logp = torch.log_softmax(logits[:, -1].float() / temperature, dim=-1)
+        logp = torch.log_softmax(engine.logits(logits[:, -1]) / temperature, dim=-1)
         token = torch.multinomial(top_p_filter(logp.exp(), top_p), 1, generator=generator).squeeze(-1)
         token = torch.where(done, PAD_ID, token)
         tokens.append(token)
@@ -177,9 +198,9 @@ def generate(
     ids = torch.cat([prompt, responses], dim=1)
     valid = torch.cat([prompt_valid, response_mask.bool()], dim=1)
     rewards = torch.tensor([task.reward(p, responses[i][response_mask[i].bool()].tolist()) for i, p in enumerate(rows)])
-    if engine.precision == "fp32":  # the engine is the trainer: its log-probs are the trainer's forward
+    if engine.is_trainer:  # its log-probs are the trainer's forward, as old_log_prob's
         rollout_log_prob = response_forward(engine.trainer, ids, valid, P, temperature).log_prob * response_mask
-    else:
+    else:  # the copy's own log-probs of what it sampled: π_infer, not a recomputation
         rollout_log_prob = torch.stack(log_probs, dim=1)
     group_ids = torch.arange(len(problems)).repeat_interleave(G) + first_group_id
     return RolloutBatch(

@@ -119,10 +119,12 @@ class LabRun:
             d_model=lab.d_model,
             n_layers=lab.n_layers,
             n_heads=lab.n_heads,
+            moe_experts=lab.moe.experts if lab.moe else 0,
+            moe_top_k=lab.moe.top_k if lab.moe else 0,
         )
         warm = warmstart.WarmStartConfig(steps=lab.warmstart_steps, noise=lab.warmstart_noise, seed=spec.seed)
         self.model: TinyCausalLM = warmstart.load_or_train(self.task, policy, warm, cache_dir)
-        self.engine = InferenceEngine(self.model, spec.rollout.precision)
+        self.engine = InferenceEngine(self.model, spec.rollout.precision, spec.rollout.logit_mantissa_bits)
         self.reference = copy.deepcopy(self.model).requires_grad_(False) if alg.kl_coef > 0 else None
         self.optimizer = make_optimizer(alg, self.model.parameters())
         self.noise_generator = torch.Generator()  # re-seeded every step (inject_noise [H eq. 21])

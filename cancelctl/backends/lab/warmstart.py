@@ -43,13 +43,22 @@ def cache_key(task: ArithmeticTask, policy: PolicyConfig, warm: WarmStartConfig)
         {
             "v": CACHE_VERSION,
             "max_operand": task.max_operand,
-            "policy": asdict(policy),
+            "policy": _policy_key(policy),
             "warm": asdict(warm),
             "recipe": {"batch_size": BATCH_SIZE, "lr": LR},
         },
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _policy_key(policy: PolicyConfig) -> dict:
+    """The policy config as keyed; a dense policy omits the MoE fields, so caches made before MoE existed
+    still match."""
+    fields = asdict(policy)
+    if not policy.moe_experts:
+        fields.pop("moe_experts"), fields.pop("moe_top_k")
+    return fields
 
 
 def wrong_value(answer: int, max_sum: int, g: torch.Generator) -> int:
