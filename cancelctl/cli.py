@@ -352,6 +352,9 @@ def report(
     allow_unmatched: bool = typer.Option(False, help="Report arms that are not compute-matched (tables say so)."),
     uri: Optional[str] = typer.Option(None, "--uri", help="MLflow tracking URI (default: the sweep's store)."),
     claims_only: bool = typer.Option(False, "--claims-only", help="Print only the claims' verdicts."),
+    include_stopped: bool = typer.Option(
+        False, "--include-stopped", help="Use runs a monitor rule stopped in the compute-matched tables (left out by default)."
+    ),
     workdir: Optional[Path] = WorkdirOpt,
 ) -> None:
     """Compute-matched comparison tables, bootstrap CIs, paired tests, Compute@Reward, Jitter2, claims' verdicts, plots."""
@@ -361,6 +364,7 @@ def report(
         result = report_sweep(
             workdir_path(workdir), sweep, baseline=baseline, threshold=threshold, compute=compute, metric=metric,
             out=out, allow_unmatched=allow_unmatched, uri=uri, console=console, claims_only=claims_only,
+            include_stopped=include_stopped,
         )
     except SpecError as exc:
         fail_input(exc)

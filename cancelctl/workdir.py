@@ -232,6 +232,11 @@ def existing_sweep(workdir: Path, sweep: str | None) -> SweepPaths:
 
 def sweep_run_records(workdir: Path, sweep: str) -> list[dict]:
     """The run.json records of a sweep's run folders (unreadable ones skipped), in folder order."""
+    return [record for record, _ in sweep_run_folders(workdir, sweep)]
+
+
+def sweep_run_folders(workdir: Path, sweep: str) -> list[tuple[dict, RunFolder]]:
+    """(run.json record, folder) of each of a sweep's run folders (unreadable run.json skipped)."""
     runs_dir = sweep_paths(workdir, sweep).runs_dir
-    records = (read_json(path) for path in sorted(runs_dir.glob(f"*/{RUN_JSON}")))
-    return [record for record in records if isinstance(record, dict)]
+    found = ((read_json(path), RunFolder(path.parent)) for path in sorted(runs_dir.glob(f"*/{RUN_JSON}")))
+    return [(record, folder) for record, folder in found if isinstance(record, dict)]

@@ -320,6 +320,26 @@ def test_a_run_stopped_by_a_rule_is_stopped_kept_and_only_retried_when_asked(tmp
     tags = {rid: client.get_run(runs.loc[rid, "mlflow_run_id"]).data.tags for rid in (ok, stopped)}
     assert tags[stopped][STOPPED_BY_TAG] == "entropy_collapse" and tags[stopped][STOPPED_AT_STEP_TAG] == "2"
     assert STOPPED_BY_TAG not in tags[ok]
+    artifacts = [a.path for a in client.list_artifacts(runs.loc[stopped, "mlflow_run_id"])]
+    assert artifacts == ["alerts.jsonl"]
+
+    # the report lists the alert and leaves the stopped run out of its tables unless asked
+    from cancelctl.report.sweep_report import report_sweep
+
+    report = report_sweep(workdir, sweep.name, baseline="grpo", out=tmp_path / "report", allow_unmatched=True)
+    tables = {t.name: t for t in report.tables}
+    alerts = tables["alerts"].data
+    assert list(zip(alerts["run_id"], alerts["rule"], alerts["step"], alerts["action"])) == [
+        (stopped, "entropy_collapse", 2, "stop")]
+    assert any("left out of the compute-matched tables" in n and "gspo-s0 (entropy_collapse at step 2)" in n
+               for n in report.notes)
+    used = {str(r) for t in report.tables if t.name != "alerts" and "run_id" in t.data for r in t.data["run_id"]}
+    assert stopped not in used and ok in used
+    assert "## Alerts" in (tmp_path / "report" / "report.md").read_text()
+    included = report_sweep(workdir, sweep.name, baseline="grpo", out=tmp_path / "report2", allow_unmatched=True,
+                            include_stopped=True)
+    used = {str(r) for t in included.tables if t.name != "alerts" and "run_id" in t.data for r in t.data["run_id"]}
+    assert stopped in used and any("included" in n for n in included.notes)
 
     rerun = launch_sweep(sweep, workdir=workdir, executor="debug", retry_failed=True)
     assert rerun.submitted == [] and rerun.skipped_stopped == [stopped] and rerun.skipped_finished == [ok]

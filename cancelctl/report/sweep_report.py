@@ -25,7 +25,9 @@ def report_sweep(
     uri: str | None = None,
     console: Console | None = None,
     claims_only: bool = False,
+    include_stopped: bool = False,
 ):
+    from cancelctl.report.alerts import read_sweep_alerts
     from cancelctl.tracking import collect, resolve_tracking_uri
 
     sweep = sweep or latest_sweep_name(workdir)
@@ -48,6 +50,8 @@ def report_sweep(
         console=console,
         claims=sweep_claims(workdir, sweep),
         claims_only=claims_only,
+        alerts=read_sweep_alerts(workdir, sweep),
+        include_stopped=include_stopped,
     )
 
 
