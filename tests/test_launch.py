@@ -313,8 +313,8 @@ def test_a_run_stopped_by_a_rule_is_stopped_kept_and_only_retried_when_asked(tmp
     assert read_attempts(run_dir)[-1]["outcome"] == "stopped"
     runs = mlflow_runs(workdir, sweep.name).set_index("run_id")
     assert runs.loc[stopped, "state"] == "FINISHED" and runs.loc[ok, "state"] == "FINISHED"
-    from cancelctl.tracking.runs import client_for
     from cancelctl.tracking import default_tracking_uri
+    from cancelctl.tracking.runs import client_for
 
     client = client_for(default_tracking_uri(workdir))
     tags = {rid: client.get_run(runs.loc[rid, "mlflow_run_id"]).data.tags for rid in (ok, stopped)}

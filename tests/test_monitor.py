@@ -273,10 +273,10 @@ def test_a_diverging_lab_run_launched_in_a_sweep_ends_stopped(tmp_path, template
     import shutil
 
     import yaml
+    from lab_helpers import FAST
 
     from cancelctl.launch import launch_sweep, sweep_status
     from cancelctl.plan import load_sweep
-    from lab_helpers import FAST
 
     monkeypatch.setenv(LR_SPIKE_ENV, "12:100")
     workdir = tmp_path / "work"
