@@ -215,3 +215,26 @@ def test_sweep_wait_shows_the_watch_view_and_watch_verb_reads_a_fixed_workdir(tm
 def test_watch_unknown_sweep_exits_2(tmp_path):
     result = runner.invoke(app, ["watch", "nope", "-w", str(tmp_path)])
     assert result.exit_code == 2 and "nope" in result.output and "Traceback" not in result.output
+
+
+def test_sweep_wait_on_a_scheduler_follows_the_runs_in_the_watch_view(tmp_path, template_db, monkeypatch):
+    """An executor that does not drive the runs itself (SLURM: waits_by_default False) with --wait:
+    the launcher submits without waiting, then `sweep` follows the runs with `watch` until they end
+    and counts the failures for its exit code. Stood in for by the debug executor's detached driver."""
+    import shutil
+
+    from sweep_files import STOPPING_ARM, write_sweep
+
+    from cancelctl.executors.debug import DebugExecutor
+
+    monkeypatch.setattr(DebugExecutor, "waits_by_default", False)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    shutil.copy(template_db, workdir / "mlflow.db")
+    arms = {"gspo": STOPPING_ARM, "broken": {"algorithm": {"loss": "grpo"}, "lab": {"fail_at_step": 1}}}
+    path = write_sweep(tmp_path, "followed", arms=arms, seeds=(0,), steps=4)
+    result = runner.invoke(app, ["sweep", str(path), "-e", "debug", "-w", str(workdir), "--allow-unmatched", "--wait"])
+    assert result.exit_code == 1, result.output  # the broken run failed
+    out = result.output
+    assert "followed: 0/2 done, 0 running, 0 waiting, 1 stopped, 1 failed" in out  # watch's plain summary
+    assert "FAILED" in out and "followed: 1 failed, 1 stopped" in out
