@@ -175,7 +175,8 @@ def render(
 # ---------------------------------------------------------------- execution verbs
 
 # keyed by the state words of cancelctl.runstate (lower case)
-STATE_STYLE = {"completed": "green", "failed": "bold red", "cancelled": "yellow", "running": "cyan", "pending": "dim"}
+STATE_STYLE = {"completed": "green", "failed": "bold red", "cancelled": "yellow", "running": "cyan", "pending": "dim",
+               "stopped": "magenta"}
 
 
 def _states_table(title: str, states) -> Table:
@@ -198,38 +199,6 @@ def _counts(states) -> str:
     return ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items()))
 
 
-class _SweepProgress:
-    """A rich progress bar fed by the launcher's poll callback."""
-
-    def __init__(self, total: int):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[counts]}"), console=err_console, transient=False,
-        )
-        self.task = self.progress.add_task("runs", total=total, counts="")
-
-    def __call__(self, states) -> None:
-        from cancelctl.launch import TERMINAL
-
-        done = sum(s.state in TERMINAL for s in states)
-        self.progress.update(self.task, completed=done, total=len(states) or None, counts=_counts(states))
-
-    def __enter__(self):
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.progress.stop()
-
-
 @app.command()
 def sweep(
     path: Path = typer.Argument(..., help="Sweep file."),
@@ -237,6 +206,9 @@ def sweep(
     workdir: Optional[Path] = WorkdirOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be submitted; submit nothing."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Resubmit exactly the runs that failed."),
+    retry_stopped: bool = typer.Option(
+        False, "--retry-stopped", help="Resubmit the runs a monitor rule stopped (they resume from their checkpoint)."
+    ),
     wait: Optional[bool] = typer.Option(None, "--wait/--no-wait", help="Follow until done (default: yes locally, no on SLURM)."),
     allow_unmatched: bool = typer.Option(False, help="Run arms that are not compute-matched."),
 ) -> None:
@@ -248,15 +220,20 @@ def sweep(
         *first, last = executor_names()
         fail_input(SpecError(f"--executor {executor!r}: expected {', '.join(first)} or {last}"))
     plan_ = load_or_exit(path, allow_unmatched)
-    will_wait = wait if wait is not None else get_executor(executor or plan_.runs[0].spec.executor).waits_by_default
+    runner = get_executor(executor or plan_.runs[0].spec.executor)
+    will_wait = (wait if wait is not None else runner.waits_by_default) and not dry_run
+    wd = workdir_path(workdir)
+    launch = dict(workdir=wd, executor=executor, dry_run=dry_run, retry_failed=retry_failed, retry_stopped=retry_stopped)
     try:
-        if will_wait and not dry_run:
-            with _SweepProgress(len(plan_.runs)) as progress:
-                result = launch_sweep(plan_, workdir=workdir_path(workdir), executor=executor, dry_run=dry_run,
-                                      retry_failed=retry_failed, wait=wait, progress=progress)
+        if will_wait and runner.waits_by_default:  # the launcher drives the runs itself: it pushes states
+            from cancelctl.watch import WatchProgress
+
+            with WatchProgress(plan_.name, console=console) as view:
+                result = launch_sweep(plan_, wait=True, progress=view, **launch)
         else:
-            result = launch_sweep(plan_, workdir=workdir_path(workdir), executor=executor, dry_run=dry_run,
-                                  retry_failed=retry_failed, wait=wait)
+            result = launch_sweep(plan_, wait=False, **launch)
+            if will_wait:  # a scheduler runs them (SLURM): follow them in the watch view
+                _watch_submitted(wd, result)
     except SpecError as exc:
         fail_input(exc)
     except SchedulerError as exc:
@@ -269,6 +246,7 @@ def sweep(
         f"{result.sweep} ({result.executor}): {verb} {len(result.submitted)}, "
         f"skipped {len(result.skipped_finished)} finished, {len(result.skipped_running)} running, "
         f"{len(result.skipped_failed)} failed" + (" (use --retry-failed)" if result.skipped_failed else "")
+        + (f", {len(result.skipped_stopped)} stopped by a monitor rule (use --retry-stopped)" if result.skipped_stopped else "")
         + (f"; jobs {', '.join(result.job_ids)}" if result.job_ids else ""),
         highlight=False,
     )
@@ -281,6 +259,46 @@ def sweep(
     if result.states and not result.dry_run:
         console.print(f"{result.sweep}: {_counts(result.states)}", highlight=False)
     raise typer.Exit(0 if result.ok else 1)
+
+
+def _watch_submitted(workdir: Path, result) -> None:
+    """`sweep --wait` on a scheduler: the watch view until every run has ended (Ctrl-C leaves them
+    running); then the final states and failures go into `result` as the launcher's own wait does."""
+    from cancelctl.launch import settle_tracking, sweep_status
+    from cancelctl.runstate import FAILED
+    from cancelctl.watch import watch
+
+    view = watch(lambda: sweep_status(workdir, result.sweep), title=result.sweep, console=console)
+    result.states = sweep_status(workdir, result.sweep)
+    if not view.interrupted:
+        settle_tracking(result.states)
+    for state in result.states:
+        if state.state == FAILED and state.run_id not in result.failed:
+            result.failed.append(state.run_id)
+            result.errors[state.run_id] = state.reason
+
+
+@app.command("watch")
+def watch_sweep(
+    sweep: Optional[str] = typer.Argument(None, help="Sweep name (default: the latest)."),
+    workdir: Optional[Path] = WorkdirOpt,
+    refresh: float = typer.Option(3.0, "--refresh", min=0.1, help="Seconds between refreshes."),
+) -> None:
+    """Live view of a sweep (state, step, reward, rho std, entropy, ETA, alerts) until every run has ended;
+    plain lines when not a terminal. Ctrl-C stops watching, never the runs. Exit 1 if a run failed."""
+    from cancelctl.launch import latest_sweep, sweep_status
+    from cancelctl.watch import watch
+
+    wd = workdir_path(workdir)
+    name = sweep or latest_sweep(wd)
+    if name is None:
+        fail_input(SpecError(f"no sweep has been run in {wd}"))
+    try:
+        sweep_status(wd, name)  # an unknown sweep: one clear message, before any view
+    except (SpecError, FileNotFoundError) as exc:
+        fail_input(exc if isinstance(exc, SpecError) else SpecError(str(exc)))
+    result = watch(lambda: sweep_status(wd, name), title=name, console=console, refresh_s=refresh)
+    raise typer.Exit(1 if any(run.state == "failed" for run in result.view.runs) else 0)
 
 
 @app.command()
@@ -334,6 +352,9 @@ def report(
     allow_unmatched: bool = typer.Option(False, help="Report arms that are not compute-matched (tables say so)."),
     uri: Optional[str] = typer.Option(None, "--uri", help="MLflow tracking URI (default: the sweep's store)."),
     claims_only: bool = typer.Option(False, "--claims-only", help="Print only the claims' verdicts."),
+    include_stopped: bool = typer.Option(
+        False, "--include-stopped", help="Use runs a monitor rule stopped in the compute-matched tables (left out by default)."
+    ),
     workdir: Optional[Path] = WorkdirOpt,
 ) -> None:
     """Compute-matched comparison tables, bootstrap CIs, paired tests, Compute@Reward, Jitter2, claims' verdicts, plots."""
@@ -343,6 +364,7 @@ def report(
         result = report_sweep(
             workdir_path(workdir), sweep, baseline=baseline, threshold=threshold, compute=compute, metric=metric,
             out=out, allow_unmatched=allow_unmatched, uri=uri, console=console, claims_only=claims_only,
+            include_stopped=include_stopped,
         )
     except SpecError as exc:
         fail_input(exc)

@@ -11,6 +11,8 @@ step in flight.
 
 Outcome files in the run folder (read by `cancelctl status`):
     result.json     the backend's final metrics, written last: its presence means "completed"
+                    (or "stopped" with stopped.json: a monitor rule ended the run; result.json
+                    then has a "stopped" field, and the MLflow run the cancelctl.stopped_* tags)
     error.txt       "FAILED <when>: <exception>" or "INTERRUPTED ..." then the traceback
     job.json        the current attempt: pid, process start, host, job id, token
     attempts.jsonl  one "start" and one "end" line per attempt (requeues, retries)
@@ -84,6 +86,7 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None)
     _start_attempt(run_dir, token)
     RunFolder(run_dir).result.unlink(missing_ok=True)
     archive_error(run_dir)  # how an earlier attempt ended (e.g. SIGTERM before a requeue) is history now
+    archive_stop(run_dir)  # so is an earlier attempt's monitor stop (a run resumed with --retry-stopped)
     if threads:
         _limit_threads(threads)
     logger = RunLogger(run_dir, record["tracking_uri"], record.get("mlflow_run_id"))
@@ -111,10 +114,28 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None)
         _end_attempt(run_dir, token, "failed")
         raise
     result = {str(k): float(v) for k, v in (result or {}).items()}
+    stop = read_stop(run_dir)
+    if stop is not None:  # a monitor rule ended the run at a step boundary, its checkpoint kept
+        _tag_stopped(logger, run_dir, stop)
     logger.close("FINISHED")
-    write_result(run_dir, result, token=token)
-    _end_attempt(run_dir, token, "finished")
+    write_result(run_dir, result, token=token, **({"stopped": stop.to_json()} if stop is not None else {}))
+    _end_attempt(run_dir, token, "stopped" if stop is not None else "finished")
     return result
+
+
+def read_stop(run_dir: Path):
+    """The monitor alert that stopped this run (stopped.json), or None (cancelctl.monitor.read_stop)."""
+    from cancelctl.monitor import read_stop as read
+
+    return read(run_dir)
+
+
+def _tag_stopped(logger: Any, run_dir: Path, stop: Any) -> None:
+    """Tag the MLflow run with the rule and step that stopped it; alerts.jsonl as an artifact."""
+    from cancelctl.tracking.tags import stopped_tags
+
+    logger.set_tags(stopped_tags(stop.rule, stop.step))
+    logger.log_artifact(RunFolder(run_dir).alerts)
 
 
 class StaleSubmission(RuntimeError):
@@ -217,6 +238,15 @@ def archive_error(run_dir: Path) -> None:
     folder = RunFolder(run_dir)
     if folder.error.exists():
         folder.error.replace(folder.error_prev)
+
+
+def archive_stop(run_dir: Path) -> None:
+    """Keep an earlier attempt's stopped.json as stopped.prev.json (with the result.json it came
+    with gone): a resumed stopped run is not stopped until a rule stops it again."""
+    folder = RunFolder(run_dir)
+    if folder.stopped.exists():
+        folder.result.unlink(missing_ok=True)
+        folder.stopped.replace(folder.stopped_prev)
 
 
 def read_error(run_dir: Path) -> tuple[str, str] | None:

@@ -33,9 +33,8 @@ from cancelctl.monitor_spec import (
     PccDropRule,
     RewardCollapseRule,
 )
+from cancelctl.workdir import ALERTS_JSONL, STOPPED_JSON  # noqa: F401 - the run folder's names (RunFolder), re-exported
 
-ALERTS_JSONL = "alerts.jsonl"
-STOPPED_JSON = "stopped.json"
 # Test support: "<step>:<factor>" multiplies the lab's learning rate by factor from that step on,
 # to make a run diverge on purpose (tests, and seeing a stop live in `watch`). An environment
 # variable rather than a spec field: it is fault injection, not part of any experiment, and must

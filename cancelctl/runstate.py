@@ -5,10 +5,13 @@
     pending      in the scheduler's queue (incl. requeued)
     running      started
     completed    result.json written (the backend returned)
+    stopped      result.json and stopped.json: a `stop` rule of the spec's monitor ended the run
+                 at a step boundary, its checkpoint kept; reason "<rule> at step N"
     failed       the run raised, or its job died outside Python (scancel, OOM, node failure, timeout)
     cancelled    stopped by `cancelctl cancel` or interrupted (Ctrl-C); resumable
 
-A rerun submits unsubmitted and cancelled runs, `--retry-failed` also failed ones.
+A rerun submits unsubmitted and cancelled runs, `--retry-failed` also failed ones, `--retry-stopped`
+stopped ones (they resume from their checkpoint).
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 UNSUBMITTED, QUEUED, PENDING, RUNNING = "unsubmitted", "queued", "pending", "running"
-COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
+COMPLETED, FAILED, CANCELLED, STOPPED = "completed", "failed", "cancelled", "stopped"
 ACTIVE = (QUEUED, PENDING, RUNNING)
-TERMINAL = (COMPLETED, FAILED, CANCELLED)
-STATES = (UNSUBMITTED, QUEUED, PENDING, RUNNING, COMPLETED, FAILED, CANCELLED)
+TERMINAL = (COMPLETED, FAILED, CANCELLED, STOPPED)
+STATES = (UNSUBMITTED, QUEUED, PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, STOPPED)
 
 
 @dataclass
@@ -39,7 +42,7 @@ class RunState:
     attempts: int = 0  # job starts so far (requeues and retries included)
     run_dir: Path | None = None
     log: Path | None = None  # the scheduler's stderr log of the latest job
-    final: dict[str, float] = field(default_factory=dict)  # result.json metrics when completed
+    final: dict[str, float] = field(default_factory=dict)  # result.json metrics when completed or stopped
 
     @property
     def active(self) -> bool:

@@ -308,6 +308,60 @@ def _loop(watcher: Watcher, view: SweepView, refresh_s: float, sleep, max_refres
     return view
 
 
+class WatchProgress:
+    """The same view, pushed instead of polled: for a launcher that drives the runs itself (the local
+    and debug drivers call it with the sweep's states at every tick, `sweep --wait`). A context
+    manager: a rich `Live` in a terminal, event lines elsewhere; on exit the totals (terminal) or the
+    plain summary. Refreshes at most every `refresh_s` (the last states are always shown on exit)."""
+
+    def __init__(self, title: str, console: Console | None = None, refresh_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.title, self.console, self.refresh_s, self.clock = title, console or Console(), refresh_s, clock
+        self.latest: Sequence[RunStatus] = []
+        self.watcher = Watcher(lambda: self.latest)
+        self.view: SweepView | None = None
+        self.previous: dict[str, str] = {}
+        self.shown_at: float | None = None
+        self.live: Live | None = None
+
+    def __call__(self, states: Sequence[RunStatus]) -> None:
+        self.latest = list(states)
+        now = self.clock()
+        if self.shown_at is not None and now - self.shown_at < self.refresh_s:
+            return
+        self.shown_at = now
+        self._show()
+
+    def _show(self) -> None:
+        view = self.view = self.watcher.poll()
+        if self.live is not None:
+            self.live.update(render(view, self.title, self.console.size.height), refresh=True)
+            return
+        lines = event_lines(self.previous, view) if self.previous else ([totals_line(view, self.title)] if view.runs else [])
+        for line in lines:
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+        self.previous = {run.run_id: run.state for run in view.runs}
+
+    def __enter__(self) -> WatchProgress:
+        if self.console.is_terminal:
+            self.live = Live(Text(f"{self.title}: starting"), console=self.console, auto_refresh=False)
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.latest:
+            self._show()  # the final states, whatever the throttle says
+        if self.live is not None:
+            self.live.stop()
+        if self.view is None:
+            return
+        if self.live is not None:
+            self.console.print(totals_line(self.view, self.title), markup=False, highlight=False)
+        else:
+            for line in plain_summary(self.view, self.title):
+                self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 # ---------------------------------------------------------------------------------- rendering
 
 

@@ -40,6 +40,9 @@ ERROR_TXT = "error.txt"
 ERROR_PREV_TXT = "error.prev.txt"
 JOB_JSON = "job.json"
 ATTEMPTS_JSONL = "attempts.jsonl"
+ALERTS_JSONL = "alerts.jsonl"
+STOPPED_JSON = "stopped.json"
+STOPPED_PREV_JSON = "stopped.prev.json"
 
 ID_SEPARATOR = "__"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+@-]+")
@@ -56,7 +59,8 @@ class RunFolder:
     """One run's folder and the files in it.
 
     run.json (launch), metrics.jsonl + sync_state.json + .tracking.lock (tracking), checkpoint.pt
-    (backend), result.json / error.txt / error.prev.txt / job.json / attempts.jsonl (jobs)."""
+    (backend), result.json / error.txt / error.prev.txt / job.json / attempts.jsonl (jobs),
+    alerts.jsonl / stopped.json (the in-job monitor), stopped.prev.json (jobs: an earlier attempt's stop)."""
 
     path: Path
 
@@ -99,6 +103,18 @@ class RunFolder:
     @property
     def attempts(self) -> Path:
         return self.path / ATTEMPTS_JSONL
+
+    @property
+    def alerts(self) -> Path:
+        return self.path / ALERTS_JSONL
+
+    @property
+    def stopped(self) -> Path:
+        return self.path / STOPPED_JSON
+
+    @property
+    def stopped_prev(self) -> Path:
+        return self.path / STOPPED_PREV_JSON
 
     @property
     def sweep_manifest(self) -> Path:
@@ -216,6 +232,11 @@ def existing_sweep(workdir: Path, sweep: str | None) -> SweepPaths:
 
 def sweep_run_records(workdir: Path, sweep: str) -> list[dict]:
     """The run.json records of a sweep's run folders (unreadable ones skipped), in folder order."""
+    return [record for record, _ in sweep_run_folders(workdir, sweep)]
+
+
+def sweep_run_folders(workdir: Path, sweep: str) -> list[tuple[dict, RunFolder]]:
+    """(run.json record, folder) of each of a sweep's run folders (unreadable run.json skipped)."""
     runs_dir = sweep_paths(workdir, sweep).runs_dir
-    records = (read_json(path) for path in sorted(runs_dir.glob(f"*/{RUN_JSON}")))
-    return [record for record in records if isinstance(record, dict)]
+    found = ((read_json(path), RunFolder(path.parent)) for path in sorted(runs_dir.glob(f"*/{RUN_JSON}")))
+    return [(record, folder) for record, folder in found if isinstance(record, dict)]

@@ -9,6 +9,10 @@ import yaml
 # A lab run of a few seconds (most of it importing torch and MLflow).
 TINY_LAB = {"d_model": 16, "n_layers": 1, "n_heads": 2, "warmstart_steps": 5, "checkpoint_every": 2, "max_operand": 5}
 
+# An arm whose entropy rule cannot be met (a floor of 100 nats, over 2-step windows): its lab runs are
+# stopped by the rule at step 2, deterministically (the LR-spike divergence is in tests/test_monitor.py).
+STOPPING_ARM = {"algorithm": {"loss": "gspo"}, "monitor": {"entropy_collapse": {"floor": 100.0, "window": 2}}}
+
 
 def write_sweep(directory: Path, name: str, *, arms=None, seeds=(0, 1), steps=4, base=None, **top) -> Path:
     spec = {

@@ -166,3 +166,75 @@ def test_status_colours_apply_to_the_state_words():
         code = Style.parse(style).render("\0", color_system=ColorSystem.TRUECOLOR).split("\0")[0]
         assert code and f"{code}{state}" in rendered(state), (state, style)
     assert "\x1b[" not in rendered("unsubmitted").split("abc")[1].split("unsubmitted")[0]  # unstyled: plain
+
+
+def test_sweep_wait_shows_the_watch_view_and_watch_verb_reads_a_fixed_workdir(tmp_path, template_db):
+    """`sweep` (debug executor, waits) prints the watch view's plain lines when piped and keeps its
+    summary lines; `watch` then renders the ended sweep from the work dir alone and exits: 0 while no
+    run failed, 1 once one has; `status` shows the stopped run with its rule and step."""
+    import shutil
+
+    from sweep_files import STOPPING_ARM, write_sweep
+
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    shutil.copy(template_db, workdir / "mlflow.db")
+    arms = {"grpo": {"algorithm": {"loss": "grpo"}}, "gspo": STOPPING_ARM}
+    path = write_sweep(tmp_path, "watched", arms=arms, seeds=(0,), steps=4)
+    result = runner.invoke(app, ["sweep", str(path), "-e", "debug", "-w", str(workdir), "--allow-unmatched"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "submitted 2" in out and "watched: 1 completed, 1 stopped" in out  # the CLI's own summary lines
+    assert "-> stopped at 2/4 (entropy_collapse at step 2)" in out  # an event line (from queued: debug runs in turn)
+    assert "watched: 1/2 done, 0 running, 0 waiting, 1 stopped" in out  # the plain summary's totals
+    assert "STOP gspo-s0 step 2 entropy_collapse:" in out
+
+    watched = runner.invoke(app, ["watch", "-w", str(workdir)])
+    assert watched.exit_code == 0, watched.output
+    lines = watched.output.splitlines()
+    assert lines[0].split() == ["run", "state", "step", "reward", "rho_std", "entropy", "reward", "trend", "s/step", "alerts"]
+    rows = {line.split()[0]: line.split() for line in lines[1:3]}
+    assert rows["grpo-s0"][1:3] == ["completed", "4/4"] and rows["gspo-s0"][1:3] == ["stopped", "2/4"]
+    assert rows["gspo-s0"][-1] == "entropy_collapse@2" and "STOP" in rows["gspo-s0"]
+    assert "watched: 1/2 done" in lines[3]
+
+    status = runner.invoke(app, ["status", "-w", str(workdir)])
+    assert "stopped" in status.output and "entropy_collapse at step 2" in status.output
+
+    again = runner.invoke(app, ["sweep", str(path), "-e", "debug", "-w", str(workdir), "--allow-unmatched", "--retry-failed"])
+    assert again.exit_code == 0 and "submitted 0" in again.output
+    assert "1 stopped by a monitor rule (use --retry-stopped)" in again.output
+
+    broken = write_sweep(tmp_path, "watched", arms={**arms, "broken": {"algorithm": {"loss": "grpo"}, "lab": {"fail_at_step": 1}}},
+                         seeds=(0,), steps=4)
+    assert runner.invoke(app, ["sweep", str(broken), "-e", "debug", "-w", str(workdir), "--allow-unmatched"]).exit_code == 1
+    failed = runner.invoke(app, ["watch", "watched", "-w", str(workdir)])
+    assert failed.exit_code == 1 and "1 failed" in failed.output
+
+
+def test_watch_unknown_sweep_exits_2(tmp_path):
+    result = runner.invoke(app, ["watch", "nope", "-w", str(tmp_path)])
+    assert result.exit_code == 2 and "nope" in result.output and "Traceback" not in result.output
+
+
+def test_sweep_wait_on_a_scheduler_follows_the_runs_in_the_watch_view(tmp_path, template_db, monkeypatch):
+    """An executor that does not drive the runs itself (SLURM: waits_by_default False) with --wait:
+    the launcher submits without waiting, then `sweep` follows the runs with `watch` until they end
+    and counts the failures for its exit code. Stood in for by the debug executor's detached driver."""
+    import shutil
+
+    from sweep_files import STOPPING_ARM, write_sweep
+
+    from cancelctl.executors.debug import DebugExecutor
+
+    monkeypatch.setattr(DebugExecutor, "waits_by_default", False)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    shutil.copy(template_db, workdir / "mlflow.db")
+    arms = {"gspo": STOPPING_ARM, "broken": {"algorithm": {"loss": "grpo"}, "lab": {"fail_at_step": 1}}}
+    path = write_sweep(tmp_path, "followed", arms=arms, seeds=(0,), steps=4)
+    result = runner.invoke(app, ["sweep", str(path), "-e", "debug", "-w", str(workdir), "--allow-unmatched", "--wait"])
+    assert result.exit_code == 1, result.output  # the broken run failed
+    out = result.output
+    assert "followed: 0/2 done, 0 running, 0 waiting, 1 stopped, 1 failed" in out  # watch's plain summary
+    assert "FAILED" in out and "followed: 1 failed, 1 stopped" in out

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sweep_files import TINY_LAB, write_sweep
+from sweep_files import STOPPING_ARM, TINY_LAB, write_sweep
 
 from cancelctl.errors import SpecError
 from cancelctl.jobs import read_attempts
@@ -288,3 +288,68 @@ def test_launch_package_stays_importable_without_slurm_tools():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
                          env={**os.environ, "PATH": "/nonexistent"})
     assert out.stdout.strip() == "ok", out.stderr
+
+
+# ---------------------------------------------------------------------------------- monitor stops
+
+
+
+def test_a_run_stopped_by_a_rule_is_stopped_kept_and_only_retried_when_asked(tmp_path, workdir):
+    from cancelctl.tracking.tags import STOPPED_AT_STEP_TAG, STOPPED_BY_TAG
+
+    arms = {"grpo": {"algorithm": {"loss": "grpo"}}, "gspo": STOPPING_ARM}
+    sweep = load_sweep(write_sweep(tmp_path, "stops", arms=arms, seeds=(0,), steps=6), allow_unmatched=True)
+    ok, stopped = (r.run_id for r in sweep.runs)
+    first = launch_sweep(sweep, workdir=workdir, executor="debug")
+    assert first.ok and sorted(first.submitted) == sorted([ok, stopped])
+    states = {s.run_id: s for s in sweep_status(workdir, sweep.name)}
+    assert states[ok].state == "completed" and states[ok].step == 6
+    assert states[stopped].state == "stopped" and states[stopped].reason == "entropy_collapse at step 2"
+    assert states[stopped].step == 2 and states[stopped].final  # result.json kept its metrics
+    run_dir = sweep_paths(workdir, sweep.name).run_dir(stopped)
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["stopped"]["rule"] == "entropy_collapse" and result["stopped"]["step"] == 2
+    assert (run_dir / "checkpoint.pt").exists() and (run_dir / "stopped.json").exists()
+    assert read_attempts(run_dir)[-1]["outcome"] == "stopped"
+    runs = mlflow_runs(workdir, sweep.name).set_index("run_id")
+    assert runs.loc[stopped, "state"] == "FINISHED" and runs.loc[ok, "state"] == "FINISHED"
+    from cancelctl.tracking import default_tracking_uri
+    from cancelctl.tracking.runs import client_for
+
+    client = client_for(default_tracking_uri(workdir))
+    tags = {rid: client.get_run(runs.loc[rid, "mlflow_run_id"]).data.tags for rid in (ok, stopped)}
+    assert tags[stopped][STOPPED_BY_TAG] == "entropy_collapse" and tags[stopped][STOPPED_AT_STEP_TAG] == "2"
+    assert STOPPED_BY_TAG not in tags[ok]
+    artifacts = [a.path for a in client.list_artifacts(runs.loc[stopped, "mlflow_run_id"])]
+    assert artifacts == ["alerts.jsonl"]
+
+    # the report lists the alert and leaves the stopped run out of its tables unless asked
+    from cancelctl.report.sweep_report import report_sweep
+
+    report = report_sweep(workdir, sweep.name, baseline="grpo", out=tmp_path / "report", allow_unmatched=True)
+    tables = {t.name: t for t in report.tables}
+    alerts = tables["alerts"].data
+    assert list(zip(alerts["run_id"], alerts["rule"], alerts["step"], alerts["action"])) == [
+        (stopped, "entropy_collapse", 2, "stop")]
+    assert any("left out of the compute-matched tables" in n and "gspo-s0 (entropy_collapse at step 2)" in n
+               for n in report.notes)
+    used = {str(r) for t in report.tables if t.name != "alerts" and "run_id" in t.data for r in t.data["run_id"]}
+    assert stopped not in used and ok in used
+    assert "## Alerts" in (tmp_path / "report" / "report.md").read_text()
+    included = report_sweep(workdir, sweep.name, baseline="grpo", out=tmp_path / "report2", allow_unmatched=True,
+                            include_stopped=True)
+    used = {str(r) for t in included.tables if t.name != "alerts" and "run_id" in t.data for r in t.data["run_id"]}
+    assert stopped in used and any("included" in n for n in included.notes)
+
+    rerun = launch_sweep(sweep, workdir=workdir, executor="debug", retry_failed=True)
+    assert rerun.submitted == [] and rerun.skipped_stopped == [stopped] and rerun.skipped_finished == [ok]
+    assert starts(workdir, sweep.name, stopped) == 1
+
+    retry = launch_sweep(sweep, workdir=workdir, executor="debug", retry_stopped=True)
+    assert retry.submitted == [stopped] and starts(workdir, sweep.name, stopped) == 2
+    assert (run_dir / "stopped.prev.json").exists()
+    # resumed from the kept checkpoint at step 2; the rule is still firing, so no new stop: it completes
+    state = {s.run_id: s for s in sweep_status(workdir, sweep.name)}[stopped]
+    assert state.state == "completed" and state.step == 6 and not (run_dir / "stopped.json").exists()
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps.count(2) == 1 and max(steps) == 6  # no step before the checkpoint was trained again

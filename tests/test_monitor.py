@@ -13,7 +13,6 @@ from cancelctl.backends.lab.checkpoint import CHECKPOINT
 from cancelctl.monitor import (
     ALERTS_JSONL,
     LR_SPIKE_ENV,
-    STOPPED_JSON,
     Alert,
     Monitor,
     RunMonitor,
@@ -265,3 +264,32 @@ def test_verl_forwarder_path_raises_the_same_alert(tmp_path):
     MetricsForwarder(verl_lines, Sink(), observe).pump()
     lab = alerts_of(Monitor(), stream({"critic/score/mean": 0.05}, 21))
     assert stops == [31] and [(a.rule, a.step) for a in read_alerts(tmp_path)] == [(a.rule, a.step) for a in lab]
+
+
+def test_a_diverging_lab_run_launched_in_a_sweep_ends_stopped(tmp_path, template_db, monkeypatch):
+    """The same ×100 learning-rate spike through launch_sweep (debug executor): the job records the
+    run `stopped` with the rule and step, result.json and the checkpoint kept."""
+    import shutil
+
+    import yaml
+    from lab_helpers import FAST
+
+    from cancelctl.launch import launch_sweep, sweep_status
+    from cancelctl.plan import load_sweep
+
+    monkeypatch.setenv(LR_SPIKE_ENV, "12:100")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    shutil.copy(template_db, workdir / "mlflow.db")
+    base = {**FAST, "budget": {**FAST["budget"], "steps": 36}}
+    path = tmp_path / "diverge.yaml"
+    path.write_text(yaml.safe_dump({"name": "diverge", "base": base, "arms": {"grpo": {}}, "seeds": [0]}))
+    result = launch_sweep(load_sweep(path), workdir=workdir, executor="debug")
+    assert result.ok
+    (state,) = sweep_status(workdir, "diverge")
+    stop = read_stop(state.run_dir)
+    assert state.state == "stopped" and stop is not None and 12 < stop.step < 36
+    assert state.reason == f"{stop.rule} at step {stop.step}" and state.step == stop.step
+    assert json.loads((state.run_dir / "result.json").read_text())["stopped"]["step"] == stop.step
+    checkpoint = torch.load(state.run_dir / CHECKPOINT, weights_only=False)
+    assert checkpoint["progress"]["step"] == stop.step

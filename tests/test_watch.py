@@ -209,3 +209,39 @@ def test_waits_a_while_for_unsubmitted_runs_then_leaves(tmp_path):
     result = watch(lambda: [Status("r1", "grpo-s0", current["state"], 4, None)], console=console, refresh_s=10.0, sleep=sleep)
     assert len(sleeps) == 6  # 2 idle, 1 active (reset), then 3 idle = 30 s
     assert not result.interrupted and result.view.runs[0].state == "unsubmitted"
+
+
+def test_pushed_view_for_a_driving_launcher(tmp_path):
+    """WatchProgress (sweep --wait on the local/debug driver): states pushed at each tick; piped, it
+    prints the totals, then one line per change, then the plain summary once the launcher returns."""
+    from cancelctl.watch import WatchProgress
+
+    runs = fixed_workdir(tmp_path)
+    ended = {s.run_id: s for s in folder_states(runs)()}
+    running = [Status(s.run_id, s.name, "running", s.steps, s.run_dir) for s in ended.values()]
+    console, out = plain_console()
+    clock = iter([0.0, 0.5, 2.0])  # the second tick comes within refresh_s: not shown
+    with WatchProgress("demo", console=console, refresh_s=1.0, clock=lambda: next(clock)) as view:
+        view(running)
+        view(running[:1] + [Status(r.run_id, r.name, "failed", r.steps, r.run_dir, "boom") for r in running[1:]])
+        view(list(ended.values()))
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("demo: 0/4 done, 4 running")
+    assert "grpo-G=4-s0: running -> stopped at 5/8 (reward_collapse at step 5)" in lines and not any("-> failed" in line and "grpo" in line for line in lines)
+    assert "dfpo-G=4-s0: running -> failed at 2/8 (RuntimeError: boom)" in lines
+    assert any(line.startswith("STOP grpo-G=4-s0 step 5 reward_collapse") for line in lines)
+    summary = lines[lines.index(next(line for line in lines if line.startswith("run "))):]
+    assert summary[1].split()[:3] == ["gspo-G=4-s0", "completed", "8/8"] and summary[5].startswith("demo: 1/4 done")
+
+
+def test_pushed_view_in_a_terminal_is_live_and_ends_with_the_totals(tmp_path):
+    from cancelctl.watch import WatchProgress
+
+    runs = fixed_workdir(tmp_path)
+    out = io.StringIO()
+    console = Console(file=out, width=200, height=40, force_terminal=True, color_system=None)
+    with WatchProgress("demo", console=console) as view:
+        view(folder_states(runs)())
+    text = out.getvalue()
+    assert "reward trend" in text and "STOP reward_collapse@5" in text  # the live table was drawn
+    assert text.rstrip().splitlines()[-1].replace("\x1b[?25h", "").startswith("demo: 1/4 done, 0 running")

@@ -46,9 +46,10 @@ def test_run_dir_prefers_existing_folders(tmp_path):
 def test_run_folder_names_every_file_of_a_run(tmp_path):
     folder = RunFolder(tmp_path / "sweeps" / "s" / "runs" / "x__abc")
     names = [folder.run_json, folder.metrics, folder.sync_state, folder.checkpoint, folder.result, folder.error,
-             folder.error_prev, folder.job, folder.attempts]
+             folder.error_prev, folder.job, folder.attempts, folder.alerts, folder.stopped, folder.stopped_prev]
     assert [p.name for p in names] == ["run.json", "metrics.jsonl", "sync_state.json", "checkpoint.pt", "result.json",
-                                       "error.txt", "error.prev.txt", "job.json", "attempts.jsonl"]
+                                       "error.txt", "error.prev.txt", "job.json", "attempts.jsonl", "alerts.jsonl",
+                                       "stopped.json", "stopped.prev.json"]
     assert all(p.parent == folder.path for p in names)
     assert folder.sweep_manifest == tmp_path / "sweeps" / "s" / "manifest.json"
 

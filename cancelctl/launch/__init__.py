@@ -4,7 +4,7 @@ local executor one run per core, or in-process debug); follow, cancel and retry 
 API (the CLI's verbs are thin wrappers)::
 
     launch_sweep(sweep, *, workdir, executor=None, dry_run=False, retry_failed=False,
-                 wait=None, progress=None) -> LaunchResult
+                 wait=None, progress=None, retry_stopped=False) -> LaunchResult
     sweep_status(workdir, sweep=None) -> list[RunState]          # latest sweep when None
     wait_for_sweep(workdir, sweep, progress=None, poll_s=5.0, timeout_s=None) -> list[RunState]
     cancel_sweep(workdir, sweep) -> list[str]                    # cancelled job ids
@@ -31,6 +31,7 @@ Work dir layout (default ./.cancelctl or $CANCELCTL_WORKDIR; paths: `cancelctl.w
           result.json               final metrics: the run completed
           error.txt                 why it failed or was interrupted (+ traceback); error.prev.txt
           job.json, attempts.jsonl  current attempt (pid, host, job id) and every start/end
+          alerts.jsonl, stopped.json  the in-job monitor's alerts; the rule that stopped the run
         submitit/                   SLURM: <token>_submission.sh, <token>_<i>.pkl, <job>_<i>_0_log.{out,err}
           local/                    local executor: <pid>_0_log.{out,err}, pickles
 

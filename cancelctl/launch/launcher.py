@@ -24,14 +24,14 @@ from cancelctl.errors import SpecError
 from cancelctl.executors import DEFAULT_EXECUTOR, get_executor
 from cancelctl.executors.base import ArrayPlan, Executor
 from cancelctl.executors.driver import driver_alive
-from cancelctl.jobs import archive_error
+from cancelctl.jobs import archive_error, archive_stop
 from cancelctl.launch.control import reconcile, sweep_status, wait_for_sweep
 from cancelctl.launch.prepare import prepare_run, write_adopted_result
 from cancelctl.launch.states import sweep_states
 from cancelctl.manifest import Manifest, RunEntry, file_lock
 from cancelctl.plan import RunSpec, Sweep
 from cancelctl.preflight import finished_in_tracking_store, refuse_unlaunchable
-from cancelctl.runstate import ACTIVE, COMPLETED, FAILED, UNSUBMITTED, RunState
+from cancelctl.runstate import ACTIVE, COMPLETED, FAILED, STOPPED, UNSUBMITTED, RunState
 from cancelctl.workdir import SweepPaths, sweep_paths
 
 SUBMIT_LOCK_TIMEOUT_S = 120.0
@@ -49,6 +49,7 @@ class LaunchResult:
     skipped_finished: list[str] = field(default_factory=list)
     skipped_running: list[str] = field(default_factory=list)  # queued, pending or running already
     skipped_failed: list[str] = field(default_factory=list)  # failed before; retry_failed resubmits
+    skipped_stopped: list[str] = field(default_factory=list)  # stopped by a monitor rule; retry_stopped resubmits
     failed: list[str] = field(default_factory=list)  # refused by the scheduler now, or ended failed (wait)
     job_ids: list[str] = field(default_factory=list)  # SLURM array ids / local pids created now
     arrays: list[ArrayPlan] = field(default_factory=list)
@@ -70,10 +71,12 @@ def launch_sweep(
     retry_failed: bool = False,
     wait: bool | None = None,
     progress: Progress | None = None,
+    retry_stopped: bool = False,
 ) -> LaunchResult:
     """Submit what of `sweep` is not finished or running. `executor` overrides the specs' (a name
     in `cancelctl.executors`); `wait` defaults to the executor's (yes for local/debug, no for slurm).
-    Raises SpecError (bad input, nothing submitted) and SchedulerError (scheduler unusable)."""
+    A run a monitor rule stopped is resubmitted (resuming from its checkpoint) only with
+    `retry_stopped`. Raises SpecError (bad input, nothing submitted) and SchedulerError (scheduler unusable)."""
     workdir = Path(workdir).resolve()
     paths = sweep_paths(workdir, sweep.name)
     kind = executor_of(sweep, executor)
@@ -83,7 +86,7 @@ def launch_sweep(
     refuse_unlaunchable(sweep)
     plan = runner.plan(sweep.runs, workdir)
     if dry_run:
-        return _dry_run(paths, sweep, runner, plan, retry_failed, result)
+        return _dry_run(paths, sweep, runner, plan, retry_failed, result, retry_stopped)
     runner.check_available()
 
     paths.sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -93,12 +96,13 @@ def launch_sweep(
         reconcile(paths)
         manifest = paths.store.load()
         states = {s.run_id: s for s in sweep_states(paths, manifest, driver_alive=driver_alive(manifest))}
-        to_submit = _classify(sweep.runs, states, retry_failed, result)
+        to_submit = _classify(sweep.runs, states, retry_failed, result, retry_stopped)
         to_submit = _adopt_finished_in_store(paths, to_submit, states, result)
         for run in sweep.runs:  # one MLflow run per RunSpec, created when planned
             prepare_run(paths, run, result.warnings)
         for run in to_submit:
             archive_error(paths.run_dir(run.run_id, run.name))
+            archive_stop(paths.run_dir(run.run_id, run.name))  # a stopped run resubmitted is no longer stopped
         done = runner.submit(paths, to_submit, plan, lock_fd)
         result.submitted.extend(done.submitted)
         result.job_ids.extend(done.job_ids)
@@ -174,22 +178,26 @@ def _adopt_finished_in_store(
     return [run for run in runs if run.run_id not in found]
 
 
-def _classify(runs: list[RunSpec], states: dict[str, RunState], retry_failed: bool, result: LaunchResult) -> list[RunSpec]:
+def _classify(runs: list[RunSpec], states: dict[str, RunState], retry_failed: bool, result: LaunchResult,
+              retry_stopped: bool = False) -> list[RunSpec]:
     to_submit = []
     for run in runs:
         state = states[run.run_id].state
         if state == COMPLETED:
             result.skipped_finished.append(run.run_id)
+        elif state == STOPPED and not retry_stopped:  # a rule judged it collapsed: rerun only when asked
+            result.skipped_stopped.append(run.run_id)
         elif state in ACTIVE:
             result.skipped_running.append(run.run_id)
         elif state == FAILED and not retry_failed:
             result.skipped_failed.append(run.run_id)
-        else:  # unsubmitted, cancelled/interrupted, or failed with retry_failed
+        else:  # unsubmitted, cancelled/interrupted, failed with retry_failed, stopped with retry_stopped
             to_submit.append(run)
     return to_submit
 
 
-def _dry_run(paths: SweepPaths, sweep: Sweep, runner: Executor, plan, retry_failed: bool, result: LaunchResult) -> LaunchResult:
+def _dry_run(paths: SweepPaths, sweep: Sweep, runner: Executor, plan, retry_failed: bool, result: LaunchResult,
+             retry_stopped: bool = False) -> LaunchResult:
     """What a launch would submit; writes nothing, submits nothing, asks the scheduler only for states."""
     states: dict[str, RunState] = {}
     if paths.store.exists():
@@ -197,7 +205,7 @@ def _dry_run(paths: SweepPaths, sweep: Sweep, runner: Executor, plan, retry_fail
         states = {s.run_id: s for s in sweep_states(paths, manifest, driver_alive=driver_alive(manifest))}
     for run in sweep.runs:
         states.setdefault(run.run_id, RunState(run.run_id, run.name, run.arm, run.seed, UNSUBMITTED, steps=run.spec.budget.steps))
-    to_submit = _classify(sweep.runs, states, retry_failed, result)
+    to_submit = _classify(sweep.runs, states, retry_failed, result, retry_stopped)
     result.submitted = [run.run_id for run in to_submit]
     result.states = [states[run.run_id] for run in sweep.runs]
     result.arrays = runner.dry_run(paths, to_submit, plan)

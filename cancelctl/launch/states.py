@@ -23,6 +23,7 @@ from cancelctl.runstate import (
     PENDING,
     QUEUED,
     RUNNING,
+    STOPPED,
     TERMINAL,
     UNSUBMITTED,
     RunState,
@@ -67,6 +68,9 @@ def run_state(
         state.state, state.final = COMPLETED, dict(result.get("metrics") or {})
         if result.get("adopted_from"):  # run elsewhere, found FINISHED in the shared tracking store
             state.reason = f"adopted: FINISHED in {result['adopted_from']}"
+        stop = read_json(folder.stopped)
+        if isinstance(stop, dict):  # a monitor rule ended it (cancelctl.monitor.RunMonitor)
+            state.state, state.reason = STOPPED, stop_reason(stop)
     if latest is not None:
         sub, index = latest
         state.executor, state.job_id, state.log = sub.executor, executor.task_job_id(sub, index), executor.log_path(paths, sub, index)
@@ -74,7 +78,7 @@ def run_state(
         latest is not None and latest[0].state == SUBMITTED
         and executor.requeued(latest[0], latest[1], tasks.get(latest[0].executor, {}))
     )
-    if state.state == COMPLETED and not requeued:
+    if state.state in (COMPLETED, STOPPED) and not requeued:
         state.step = last_step(run_dir)
         return state
     state.state = UNSUBMITTED
@@ -97,6 +101,11 @@ def run_state(
     return state
 
 
+def stop_reason(stop: dict) -> str:
+    """stopped.json → "<rule> at step N"."""
+    return f"{stop.get('rule', '?')} at step {stop.get('step', '?')}"
+
+
 def last_step(run_dir: Path) -> int | None:
     """The step of the last complete line of metrics.jsonl (reads only the file's tail)."""
     try:
@@ -114,5 +123,5 @@ def last_step(run_dir: Path) -> int | None:
     return None
 
 
-__all__ = ["ACTIVE", "CANCELLED", "COMPLETED", "FAILED", "PENDING", "QUEUED", "RUNNING", "TERMINAL", "UNSUBMITTED",
-           "RunState", "last_step", "run_state", "sweep_states"]
+__all__ = ["ACTIVE", "CANCELLED", "COMPLETED", "FAILED", "PENDING", "QUEUED", "RUNNING", "STOPPED", "TERMINAL",
+           "UNSUBMITTED", "RunState", "last_step", "run_state", "stop_reason", "sweep_states"]

@@ -15,6 +15,7 @@ import pandas as pd
 from cancelctl import analysis, verdicts
 from cancelctl.analysis import COMPUTE_KEYS
 from cancelctl.errors import SpecError
+from cancelctl.report.alerts import SweepAlerts, alerts_table, leave_out_stopped
 from cancelctl.report.model import (
     CANNOT,
     REWARD_KEY,
@@ -59,6 +60,8 @@ def build_report(
     claims: Sequence[ClaimSpec] = (),
     claims_only: bool = False,
     notes: Sequence[str] = (),
+    alerts: SweepAlerts | None = None,
+    include_stopped: bool = False,
 ) -> Report:
     """Build the sweep report and write it to `out_dir` (the report folder itself, e.g.
     results/<sweep>; see `default_report_dir`).
@@ -70,13 +73,18 @@ def build_report(
     unless `include_unfinished`. `console`: a rich Console to print the tables on, or None.
     `claims`: the sweep file's claims, judged per comparison group into the "claims" table
     (`cancelctl.verdicts`); `claims_only` prints only that table (every file is still written).
+    `alerts`: the monitor's alerts and stops from the run folders (`read_sweep_alerts`): an "Alerts"
+    table, and runs a rule stopped left out of the tables unless `include_stopped` (a note says so).
     """
     if compute not in COMPUTE_KEYS:
         raise SpecError(f"--compute must be one of {', '.join(COMPUTE_KEYS)}, got {compute!r}", title=CANNOT)
     if smooth_window < 1:
         raise SpecError(f"smooth_window must be >= 1, got {smooth_window}", title=CANNOT)
+    stopped_notes: list[str] = []
+    if alerts is not None:
+        runs, stopped_notes = leave_out_stopped(runs, alerts.stopped, include_stopped)
     prepared, prepare_notes = prepare_sweep(runs, metrics, baseline, include_unfinished, n_boot, seed)
-    notes = [*notes, *prepare_notes]
+    notes = [*notes, *stopped_notes, *prepare_notes]
     violations = analysis.check_compute_matched(prepared.runs.reset_index(drop=True), prepared.by_key, tol=token_tol)
     if violations and not allow_unmatched:
         raise UnmatchedArmsError(violations)
@@ -89,6 +97,8 @@ def build_report(
         prepared, violations, metric=metric, compute=compute, kappa=kappa, smooth_window=smooth_window,
         token_tol=token_tol,
     )
+    if alerts is not None:
+        tables.append(alerts_table(alerts.alerts))
     if claims:
         tables.insert(0, claims_table(prepared, claims, kappa, allow_unmatched, token_tol, n_boot, seed))
         if claims_only:

@@ -25,7 +25,9 @@ def report_sweep(
     uri: str | None = None,
     console: Console | None = None,
     claims_only: bool = False,
+    include_stopped: bool = False,
 ):
+    from cancelctl.report.alerts import read_sweep_alerts
     from cancelctl.tracking import resolve_tracking_uri
 
     sweep = sweep or latest_sweep_name(workdir)
@@ -53,6 +55,8 @@ def report_sweep(
         claims=list(planned.spec.claims) if planned is not None else [],
         claims_only=claims_only,
         notes=store_notes + stale_notes,
+        alerts=read_sweep_alerts(workdir, sweep),
+        include_stopped=include_stopped,
     )
 
 

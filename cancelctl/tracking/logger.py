@@ -138,6 +138,25 @@ class RunLogger:
 
         self._store_call(update)
 
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Set tags on the MLflow run (best effort, like every store call: the run goes on)."""
+
+        def update(client, progress: StoreProgress, state: SyncState) -> None:
+            for key, value in tags.items():
+                client.set_tag(progress.mlflow_run_id, key, str(value))
+
+        self._store_call(update)
+
+    def log_artifact(self, path: Path) -> None:
+        """Upload a run-folder file as an MLflow artifact, if it exists (best effort)."""
+        if not Path(path).exists():
+            return
+
+        def upload(client, progress: StoreProgress, state: SyncState) -> None:
+            client.log_artifact(progress.mlflow_run_id, str(path))
+
+        self._store_call(upload)
+
     def close(self, status: str = "FINISHED") -> None:
         """Flush, set the final status, close the JSONL. After a store failure this is the one
         cheap retry (HTTP stores are probed first); what still fails is left to `cancelctl sync`."""

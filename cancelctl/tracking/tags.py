@@ -21,6 +21,8 @@ SPEC_HASH_TAG = "cancelctl.spec_hash"
 AXES_TAG = "cancelctl.axes"  # JSON {axis path: value}
 GIT_SHA_TAG = "cancelctl.git_sha"
 VERSION_TAG_PREFIX = "cancelctl.version."
+STOPPED_BY_TAG = "cancelctl.stopped_by"  # the monitor rule that stopped the run (cancelctl.monitor)
+STOPPED_AT_STEP_TAG = "cancelctl.stopped_at_step"
 RUN_NAME_TAG = "mlflow.runName"
 MLFLOW_GIT_COMMIT_TAG = "mlflow.source.git.commit"
 
@@ -46,6 +48,11 @@ def run_tags(run: RunSpec) -> dict[str, str]:
         AXES_TAG: json.dumps(run.axes, sort_keys=True, default=str),
         RUN_ID_TAG: run.run_id,
     }
+
+
+def stopped_tags(rule: str, step: int) -> dict[str, str]:
+    """The tags of a run a monitor rule stopped (set by the job when it ends)."""
+    return {STOPPED_BY_TAG: rule, STOPPED_AT_STEP_TAG: str(step)}
 
 
 def tracking_target(run: RunSpec, workdir: Path) -> tuple[str, str]:

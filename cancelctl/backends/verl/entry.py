@@ -16,6 +16,10 @@ The SPEC mechanism keys (mismatch/*, hacking/J, dfpo/*, cancel/*) are computed i
 update by the `cancel_*` losses (losses/verl_plugin.py) and come out of verl as `actor/<key>` (verl
 prefixes every actor metric); the forwarder logs them under the SPEC keys, as the lab does.
 
+The spec's monitor rules (`cancelctl.monitor.RunMonitor`) see every forwarded step, as in the lab:
+alerts go to alerts.jsonl, and a `stop` rule ends verl (its checkpoints under `checkpoints/` kept)
+and returns normally, so the job records the run as stopped.
+
 Before verl starts, `losses.verl_plugin.assert_active()` checks in this process (same environment as
 verl's driver and workers) that verl loads the loss plugin and its group-aware ppo_loss: verl logs a
 plugin that fails to import only at DEBUG, and the run would then fail (or train without group ids)
@@ -41,7 +45,9 @@ from cancelctl import preemption
 from cancelctl.backends.verl import render
 from cancelctl.backends.verl.compute import ComputeAccount
 from cancelctl.backends.verl.render import config_name, launch_blockers, render_override_set
+from cancelctl.monitor import RunMonitor
 from cancelctl.plan import RunSpec
+from cancelctl.tracking.runfiles import iter_metrics_lines
 from cancelctl.workdir import METRICS_JSONL
 
 VERL_METRICS = "verl_metrics.jsonl"
@@ -82,12 +88,17 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     (run_dir / VERL_METRICS).unlink(missing_ok=True)
     env = dict(os.environ, VERL_FILE_LOGGER_PATH=str(run_dir / VERL_METRICS))
     compute = ComputeAccount.from_run_dir(run, run_dir / METRICS_JSONL)  # earlier attempts' steps
-    forwarder = MetricsForwarder(run_dir / VERL_METRICS, logger, compute.add)
+    # verl resumes from its latest checkpoint; the rules' windows are refilled from the steps logged
+    mon = RunMonitor(run.spec.monitor, run_dir, resume_step=last_logged_step(run_dir / METRICS_JSONL))
+    forwarder = MetricsForwarder(run_dir / VERL_METRICS, logger, monitored(compute.add, mon))
     # Own session: on cancel/requeue the whole tree (verl driver, Ray started by it) is stopped.
     proc = subprocess.Popen(job_command(run, run_dir), cwd=run_dir, env=env, start_new_session=True)
     try:
         while proc.poll() is None:
             forwarder.pump()
+            if mon.stopped is not None:  # a `stop` rule fired: end verl, the run is stopped, not failed
+                _stop(proc)
+                break
             # USR2 → submitit requeues; SIGTERM → Terminated; either way `finally` stops verl, which
             # resumes from its own checkpoints (trainer.save_freq), so there is nothing to save here.
             preemption.at_step_boundary(lambda: None)
@@ -96,9 +107,29 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
         if proc.poll() is None:
             _stop(proc)
         forwarder.pump()
+    if mon.stopped is not None:
+        return forwarder.last
     if proc.returncode != 0:
         raise RuntimeError(f"verl exited with status {proc.returncode} (run {run.name}; log: job stdout/stderr)")
     return forwarder.last
+
+
+def monitored(
+    derive: Callable[[int, dict[str, float]], dict[str, float]], mon: RunMonitor
+) -> Callable[[int, dict[str, float]], dict[str, float]]:
+    """The forwarder's `derive`: add the compute keys, then let the monitor rules see the step."""
+
+    def step(s: int, m: dict[str, float]) -> dict[str, float]:
+        m = derive(s, m)
+        mon.observe(s, m)  # alerts.jsonl; a stop writes stopped.json and sets mon.stopped
+        return m
+
+    return step
+
+
+def last_logged_step(metrics_jsonl: Path) -> int:
+    """The last step an earlier attempt logged (0 when none): where the monitor's replay ends."""
+    return max((line.step for line in iter_metrics_lines(metrics_jsonl)), default=0)
 
 
 def check_loss_plugin() -> None:

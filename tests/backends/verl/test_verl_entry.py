@@ -25,7 +25,8 @@ FAKE_VERL = textwrap.dedent(
         json.dump(args, fh)
     with open(os.environ["VERL_FILE_LOGGER_PATH"], "wb") as fh:
         for step in (1, 2):
-            data = {"actor/pg_loss": 0.5 / step, "val-core/aime/acc/mean@32": 0.1 * step, "note": "x", "flag": True,
+            nan = step == 2 and os.environ.get("FAKE_VERL_NAN")  # a blow-up: the nonfinite rule stops the run
+            data = {"actor/pg_loss": float("nan") if nan else 0.5 / step, "val-core/aime/acc/mean@32": 0.1 * step, "note": "x", "flag": True,
                     "response_length/mean": 10.0 * step, "actor/dfpo/asym": 0.3, "actor/cancel/energy_b0": 0.4}
             fh.write((json.dumps({"step": step, "data": data}) + "\\n").encode())
     import time
@@ -140,6 +141,39 @@ def test_sigterm_stops_verl_at_the_next_poll(make_run, fake_verl, monkeypatch):
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
     assert time.monotonic() - started < 10  # verl was stopped, not waited for (it sleeps 60 s)
     assert json.loads((fake_verl / "argv.json").read_text())  # it had started
+
+
+def test_a_monitor_stop_ends_verl_and_returns(make_run, fake_verl, monkeypatch):
+    """A NaN at step 2 (verl's keys): the default nonfinite rule (action stop) writes stopped.json,
+    verl (sleeping 60 s after its steps) is stopped at the next poll, and train returns normally."""
+    from cancelctl.monitor import read_alerts, read_stop
+
+    monkeypatch.setenv("FAKE_VERL_NAN", "1")
+    monkeypatch.setenv("FAKE_VERL_SLEEP", "60")
+    started = time.monotonic()
+    logger = ListLogger()
+    result = train(make_run(), fake_verl, logger)
+    assert time.monotonic() - started < 30
+    stop = read_stop(fake_verl)
+    assert stop is not None and (stop.rule, stop.step, stop.metric) == ("nonfinite", 2, "actor/pg_loss")
+    assert [(a.rule, a.step) for a in read_alerts(fake_verl)] == [("nonfinite", 2)]
+    assert [s for s, _ in logger.points] == [1, 2] and result == logger.points[-1][1]
+
+
+def test_healthy_verl_run_is_not_stopped(make_run, fake_verl):
+    from cancelctl.monitor import read_stop
+
+    train(make_run(), fake_verl, ListLogger())
+    assert read_stop(fake_verl) is None and not (fake_verl / "alerts.jsonl").exists()
+
+
+def test_last_logged_step(tmp_path):
+    from cancelctl.tracking.runfiles import encode_metrics_line
+
+    path = tmp_path / "metrics.jsonl"
+    assert entry.last_logged_step(path) == 0
+    path.write_bytes(b"".join(encode_metrics_line(s, 0, {"x": 1.0}) for s in (1, 2, 3, 2)))
+    assert entry.last_logged_step(path) == 3
 
 
 def test_stop_kills_the_process_group():
