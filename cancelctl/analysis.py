@@ -7,6 +7,9 @@ The bootstrap resamples seeds. With the 3–5 seeds of a typical RL sweep the te
 interval and the re-centred mean test are anti-conservative (Colas et al. 2018, "How many random
 seeds?"), so the interval uses expanded percentile levels and the test is studentized; both choices
 are measured in tests/test_analysis.py. Reports show n next to every interval.
+
+Length: small independent statistics functions (rliable style), each with its own tests; splitting
+them would only scatter the equations the report cites.
 """
 
 from __future__ import annotations

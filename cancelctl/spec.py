@@ -4,6 +4,9 @@ An `ExperimentSpec` is one fully-resolved training run (minus nothing: the seed 
 `SweepSpec` is what a YAML file holds: a `base` spec, named `arms` (patches on base), optional
 `grid` / `zip` axes over dotted paths, `seeds` and the `baseline` arm. Defaults follow the papers
 (see ../shared/SPEC.md); expansion into runs lives in `plan.py`.
+
+Length: one pydantic model per section of the spec file, kept together so the schema, the defaults and
+the cross-field checks read as one document (the JSON Schema is generated from this module).
 """
 
 from __future__ import annotations

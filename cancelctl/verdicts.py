@@ -23,6 +23,9 @@ Decisions, stated once:
   rows of the report (Bonferroni, which Holm never needs more than): enough seeds to decide this
   row whatever the other rows do; never fewer than MIN_VERDICT_SEEDS. For `similar` only the
   nearer margin is powered (TOST needs both; near a zero effect with a wide sd this undercounts).
+
+Length: the claim metrics, the paired tests per direction, Holm, power and the rendering rows form one
+chain from a claim to its verdict; each step is a small function.
 """
 
 from __future__ import annotations

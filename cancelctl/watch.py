@@ -11,6 +11,9 @@ signals a job: Ctrl-C leaves the runs as they are.
 
 In a terminal it is a rich `Live` table; elsewhere (CI logs, a pipe) it prints one line per state
 change and alert, and a plain summary when every run has ended.
+
+Length: the live view, its incremental file tails (offsets, never re-reading) and the plain-text
+fallback for pipes share one state model; kept together.
 """
 
 from __future__ import annotations

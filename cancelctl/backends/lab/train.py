@@ -4,6 +4,9 @@ ppo_epochs × mini-batches of any `losses/` loss → metrics → eval → checkp
 Randomness is drawn from generators seeded by (seed, step, stream), never from a stream that runs
 across steps, so a run resumed from a checkpoint replays exactly what an uninterrupted run does;
 the checkpoint holds model, optimizer, counters and the reward-balanced buffer.
+
+Length: the RLVR loop is kept top to bottom in one file on purpose (cleanrl style), so a reader sees
+rollout → advantages → batching → update → metrics → checkpoint in order.
 """
 
 from __future__ import annotations

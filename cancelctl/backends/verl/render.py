@@ -22,6 +22,9 @@ Batching on verl (SPEC.md, Batching strategies; notes §2, §4), all on verl's d
   query-preserving order, whatever `batching.strategy` says (`default`, `query_preserved`, or
   `reward_balanced`, whose sampler selects whole groups); dfpo with `sign_split` is refused (that
   control puts a group's positive and negative rows in different mini-batches by design).
+
+Length: one function per verl config area (model, data, rollout, algorithm, optimizer, batch
+layout, trainer), in the order verl's config reads; the batching notes above explain them together.
 """
 
 from __future__ import annotations
