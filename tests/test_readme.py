@@ -82,6 +82,7 @@ LOCAL_EXAMPLES = {
     "cancelctl sweep experiments/lab-demo.yaml",
     "cancelctl sweep experiments/lab-demo.yaml --dry-run",
     "cancelctl status lab-demo",
+    "cancelctl watch lab-demo",
     "cancelctl sweep experiments/lab-demo.yaml --retry-failed",
     "cancelctl sync",
     "cancelctl report --baseline gspo",
@@ -151,6 +152,8 @@ def test_demo_and_the_examples_on_its_work_dir(project):
     assert result.exit_code == 0 and "would submit 0" in result.output
     result = cli("cancelctl status lab-demo", project)
     assert result.exit_code == 0 and "24 completed" in result.output
+    result = cli("cancelctl watch lab-demo", project)  # every run has ended: the plain summary, exit 0
+    assert result.exit_code == 0 and "24/24 done" in result.output and "0 alerts" in result.output, result.output
     result = cli("cancelctl sync", project)
     assert result.exit_code == 0 and "uploaded 0 points" in result.output
     result = cli("cancelctl report lab-demo --threshold 0.6 --compute updates", project)
