@@ -28,9 +28,18 @@ VERL_BASE = """\
 """
 
 
-def test_verl_refuses_what_it_cannot_run_yet_before_anything_is_written(write_yaml, tmp_path):
+def test_verl_refuses_what_it_cannot_run_yet_before_anything_is_written(write_yaml, tmp_path, monkeypatch):
     path = write_yaml(SWEEP.format(backend="verl", extra=VERL_BASE))
     sweep = load_sweep(path, allow_unmatched=True)
+    # every loss runs on verl today (dfpo gets its group ids): the verl hook refuses nothing ...
+    assert len(launch_sweep(sweep, workdir=tmp_path / "ok", dry_run=True).submitted) == 4
+    # ... and what its renderer declares unsupported is refused through planning, naming the arm
+    from cancelctl.backends.verl import render
+
+    monkeypatch.setattr(
+        render, "unsupported_on_verl",
+        lambda run: ["algorithm.loss dfpo: planted refusal"] if run.spec.algorithm.loss == "dfpo" else [],
+    )
     with pytest.raises(SpecError) as caught:
         launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True)
     assert caught.value.title == "the verl backend cannot launch these runs yet; nothing submitted"
