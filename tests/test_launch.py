@@ -211,6 +211,28 @@ def test_debug_failed_run_is_reported_and_retry_resubmits_only_it(tmp_path, work
     assert len(mlflow_runs(workdir, sweep.name)) == 2
 
 
+def test_a_final_status_the_store_missed_is_settled_after_the_run_ended(tmp_path, workdir):
+    """A run recorded its final status but the store call failed (sqlite locked while its neighbours
+    closed, a store down, SIGKILL mid-close): the sweep's settling step still sets it there."""
+    from cancelctl.launch.control import settle_tracking
+    from cancelctl.tracking import SyncState, default_tracking_uri
+    from cancelctl.tracking.runs import client_for
+
+    arms = {"broken": {"algorithm": {"loss": "grpo"}, "lab": {"fail_at_step": 2}}}
+    sweep = load_sweep(write_sweep(tmp_path, "settle", arms=arms, seeds=(0,)))
+    launch_sweep(sweep, workdir=workdir, executor="debug")
+    (run,) = sweep.runs
+    run_dir, uri = sweep_paths(workdir, sweep.name).run_dir(run.run_id), default_tracking_uri(workdir)
+    state = SyncState.load(run_dir)
+    assert state.final_status == "FAILED"
+    client_for(uri).update_run(state.progress(uri).mlflow_run_id, status="RUNNING")  # the lost store call
+    state.progress(uri).status = "RUNNING"
+    state.save(run_dir)
+    assert set(mlflow_runs(workdir, sweep.name)["state"]) == {"RUNNING"}
+    settle_tracking(sweep_status(workdir, sweep.name))
+    assert set(mlflow_runs(workdir, sweep.name)["state"]) == {"FAILED"}
+
+
 def test_report_defaults_to_the_sweep_files_baseline(tmp_path, workdir):
     from cancelctl.errors import SpecError
     from cancelctl.report.sweep_report import report_sweep

@@ -127,14 +127,20 @@ def settle_tracking(states: list[RunState]) -> None:
     """Close the MLflow runs of runs that died without closing them (scancel, OOM, SIGKILL): FAILED,
     or KILLED when cancelled. Metrics already in metrics.jsonl are uploaded on the way."""
     from cancelctl.tracking import RUN_JSON, RunLogger, SyncState
+    from cancelctl.tracking.uri import normalize_tracking_uri
 
     for state in states:
         if state.state not in (FAILED, CANCELLED) or state.run_dir is None:
             continue
         record = read_json(state.run_dir / RUN_JSON)
-        if not record or SyncState.load(state.run_dir).final_status is not None:
+        if not record:
             continue
-        status = "KILLED" if state.state == CANCELLED else "FAILED"
+        # the status the run asked for at close; it may not have reached the store (a locked sqlite
+        # while its neighbours closed too, a store down), and a store still saying RUNNING misleads
+        sync_state = SyncState.load(state.run_dir)
+        status = sync_state.final_status or ("KILLED" if state.state == CANCELLED else "FAILED")
+        if sync_state.progress(normalize_tracking_uri(record["tracking_uri"])).status == status:
+            continue
         try:
             logger = RunLogger(state.run_dir, record["tracking_uri"], record.get("mlflow_run_id"), mark_running=False)
             logger.close(status)
