@@ -379,6 +379,8 @@ def verdict_text(v: Verdict) -> str:
         return v.status
     if v.seeds_needed is None:
         return "inconclusive (no usable effect to power)"
+    if v.distance < 0:  # the observed effect points against the claim: more seeds would contradict it
+        return f"inconclusive, leans against; ~{v.seeds_needed} seeds needed"
     return f"inconclusive, ~{v.seeds_needed} seeds needed"
 
 

@@ -245,7 +245,12 @@ def test_inconclusive_says_how_many_seeds():
     runs, metrics = sweep_frames({"a": 0.0, "b": 0.01}, seeds=4, groups=(4,), extra_keys=False)
     [v] = judge_claims([claim()], runs, metrics, n_boot=1000)
     assert v.status == "inconclusive" and v.seeds_needed is not None and v.seeds_needed > 4
-    assert verdict_text(v) == f"inconclusive, ~{v.seeds_needed} seeds needed"
+    [mirror] = judge_claims([claim(direction="lower")], runs, metrics, n_boot=1000)
+    assert mirror.status == "inconclusive" and mirror.seeds_needed == v.seeds_needed
+    # the same data, opposite predictions: the one the observed effect points against says so
+    leaning, against = (v, mirror) if v.distance > 0 else (mirror, v)
+    assert verdict_text(leaning) == f"inconclusive, ~{v.seeds_needed} seeds needed"
+    assert verdict_text(against) == f"inconclusive, leans against; ~{v.seeds_needed} seeds needed"
 
 
 def test_missing_inputs_are_named():
