@@ -372,9 +372,15 @@ def _reducer(metric: ClaimMetric, kappa: float | None) -> Callable[[pd.DataFrame
 
 
 def verdict_text(v: Verdict) -> str:
-    """The verdict cell: 'supported', 'inconclusive, ~12 seeds needed', 'cannot judge: <why>'."""
+    """The verdict cell: 'supported', 'inconclusive, ~12 seeds needed', 'cannot judge: <why>';
+    a verdict on arms that are not compute-matched (judged with allow_unmatched) says so in the cell."""
     if v.status == "cannot judge":
         return f"cannot judge: {v.reason}"
+    text = _status_text(v)
+    return text if v.compute_matched else f"{text} (NOT compute-matched)"
+
+
+def _status_text(v: Verdict) -> str:
     if v.status != "inconclusive":
         return v.status
     if v.seeds_needed is None:

@@ -274,6 +274,7 @@ def test_unmatched_compute_is_not_judged_unless_allowed():
     assert v.status == "cannot judge" and "not compute-matched" in v.reason and not v.compute_matched
     [forced] = judge_claims([claim()], runs, metrics, n_boot=200, allow_unmatched=True)
     assert forced.status == "supported" and "NOT compute-matched" in forced.notes
+    assert verdict_text(forced) == "supported (NOT compute-matched)"  # the cell a reader sees says it too
 
 
 # ---------------------------------------------------------------- the analysis additions they use
