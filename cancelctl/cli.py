@@ -157,14 +157,23 @@ def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="W
 def render(
     path: Path = typer.Argument(..., help="Sweep file."),
     run: str = typer.Option(..., "--run", help="Run id (or run name) from `cancelctl plan`."),
+    workdir: Optional[Path] = WorkdirOpt,
 ) -> None:
-    """Show what the backend would launch: the verl command + overrides, or the lab config."""
+    """Show what the backend would launch: the verl command + overrides, or the lab config; with
+    executor slurm, the exact sbatch script and in-task commands (Ray start-up on multi-node runs)."""
     sweep = load_or_exit(path, allow_unmatched=True)
     match = [r for r in sweep.runs if run in (r.run_id, r.name)]
     if not match:
         fail_input(SpecError(f"--run {run!r}: no such run in {path} (see `cancelctl plan {path}`)"))
     target = match[0]
-    if target.spec.backend == "verl":
+    if target.spec.executor == "slurm":
+        from cancelctl.executors.slurm_render import render_run
+
+        try:
+            typer.echo(render_run(target, workdir_path(workdir)), nl=False)
+        except SpecError as exc:
+            fail_input(exc)
+    elif target.spec.backend == "verl":
         from cancelctl.backends.verl import format_command, render_command
 
         try:

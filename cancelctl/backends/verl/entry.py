@@ -25,8 +25,11 @@ verl's driver and workers) that verl loads the loss plugin and its group-aware p
 plugin that fails to import only at DEBUG, and the run would then fail (or train without group ids)
 deep inside a worker.
 
-Not done here: starting Ray across SLURM nodes (the sbatch template's job: `ray start` on every node
-before this runs; with one node verl's own `ray.init` starts a local cluster).
+Multi-node runs (`cluster.nodes > 1`): `cancelctl.jobs` has already formed the allocation's Ray cluster
+(`cancelctl.raycluster`: head on rank 0, every node joined, RAY_ADDRESS exported) before this runs on
+rank 0; verl's `main_ppo` calls `ray.init` only when Ray is not initialised, so with RAY_ADDRESS set it
+joins that cluster, and `trainer.nnodes` (render.py) sizes its resource pool. With one node verl's
+own `ray.init` starts a local cluster.
 """
 
 from __future__ import annotations
