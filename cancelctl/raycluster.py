@@ -264,6 +264,13 @@ class RayCluster:
     def connect(self) -> None:
         import ray
 
+        try:  # Ray reads the auth settings once per process (at import): this process may predate them
+            from ray._raylet import AuthenticationTokenLoader, Config
+
+            Config.initialize("")
+            AuthenticationTokenLoader.instance().reset_cache()
+        except (ImportError, AttributeError):
+            pass
         a = self.allocation
         ray.init(address=a.head_address, _node_ip_address=a.me.address, logging_level="WARNING",
                  log_to_driver=False, configure_logging=False)
