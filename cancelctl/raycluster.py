@@ -143,9 +143,15 @@ def node_resource(name: str) -> str:
 
 
 def node_address(name: str) -> str:
-    """SLURM's NodeAddr of a node (resolved to an IP): where its Ray processes listen."""
-    out = subprocess.run(["scontrol", "show", "node", "-o", name], capture_output=True, text=True, timeout=30)
-    addr = next((f.split("=", 1)[1] for f in out.stdout.split() if f.startswith("NodeAddr=")), None) or name
+    """SLURM's NodeAddr of a node (resolved to an IP): where its Ray processes listen. Inside a
+    container without SLURM's tools, the node name as DNS resolves it."""
+    addr = name
+    if shutil.which("scontrol"):
+        try:
+            out = subprocess.run(["scontrol", "show", "node", "-o", name], capture_output=True, text=True, timeout=30)
+            addr = next((f.split("=", 1)[1] for f in out.stdout.split() if f.startswith("NodeAddr=")), None) or name
+        except (OSError, subprocess.TimeoutExpired):
+            pass
     return socket.gethostbyname(addr)
 
 

@@ -7,7 +7,8 @@ changes (see `job_overrides`):
 - verl logs to its `file` backend instead of MLflow, and this process forwards each step's
   metrics to cancelctl's RunLogger (metrics.jsonl record + buffered MLflow, `cancelctl sync` for
   gaps). The metric keys are verl's own, sanitised as verl's MLflow logger does (`@` → `_at_`).
-  `cancelctl render` shows `trainer.logger=[console,mlflow]`: the same metrics, logged by verl.
+  `render_command` (the spec's settings alone) has `trainer.logger=[console,mlflow]`: the same
+  metrics, logged by verl; `cancelctl render` of a SLURM run shows this job command.
 
 The SPEC compute keys (generated tokens, update steps, GPU-hours) are derived from verl's own metrics
 on the way (`compute.ComputeAccount`), so `cancelctl report` has its compute axes for verl runs.
