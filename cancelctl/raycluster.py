@@ -51,7 +51,7 @@ WATCH_EVERY_S = 2.0
 PORT_FLOOR, PORT_SLOTS, PORTS_PER_NODE, NODE_BLOCKS = 10000, 27, 100, 8
 _PORT_OFFSETS = {"port": 0, "node-manager-port": 1, "object-manager-port": 2, "ray-client-server-port": 3,
                  "dashboard-agent-grpc-port": 4, "dashboard-agent-listen-port": 5, "metrics-export-port": 6,
-                 "runtime-env-agent-port": 7, "min-worker-port": 10, "max-worker-port": PORTS_PER_NODE - 1}
+                 "runtime-env-agent-port": 7, "dashboard-port": 8, "min-worker-port": 10, "max-worker-port": PORTS_PER_NODE - 1}
 # A worker node otherwise spends up to 30 s on SIGTERM trying to drain into a head that is gone.
 RAY_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 
@@ -110,9 +110,11 @@ class Allocation:
         """`ray start` for node `rank`: the head on rank 0, a worker joining it elsewhere."""
         node = self.nodes[rank]
         ports = self.ports(rank)
-        role = ["--head", f"--port={ports['port']}", f"--ray-client-server-port={ports['ray-client-server-port']}",
-                "--include-dashboard=false"] if rank == 0 else [f"--address={self.head_address}"]
-        per_node = [f"--{name}={ports[name]}" for name in _PORT_OFFSETS if name not in ("port", "ray-client-server-port")]
+        # the head runs a minimal dashboard process even without the UI: its port is job-unique too
+        head_only = ("port", "ray-client-server-port", "dashboard-port")
+        role = ["--head", *(f"--{name}={ports[name]}" for name in head_only), "--include-dashboard=false"] if rank == 0 \
+            else [f"--address={self.head_address}"]
+        per_node = [f"--{name}={ports[name]}" for name in _PORT_OFFSETS if name not in head_only]
         return [
             ray, "start", "--block", *role, f"--node-ip-address={node.address}", *per_node,
             f"--temp-dir={self.temp_dir(rank)}", f"--num-cpus={self.cpus}", f"--num-gpus={self.gpus}",
@@ -263,7 +265,7 @@ class RayCluster:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.stop(keep_logs=exc_type is not None and not issubclass(exc_type, SystemExit))
+        self.stop(keep_logs=exc_type is not None and issubclass(exc_type, Exception))  # not on cancel/requeue
 
     # -- rank 0 --------------------------------------------------------------------------------
 
@@ -375,8 +377,8 @@ class RayCluster:
 @contextmanager
 def run_cluster(allocation: Allocation, run_dir: Path, logger: Any) -> Iterator[RayCluster]:
     """Rank 0 of a multi-node run: the allocation's Ray cluster around the workload. Waits for every
-    node, proves each runs Ray tasks, records them (cluster.json, MLflow tags and `cluster/*` at step
-    0), watches them while the workload runs, and tears Ray down on the way out."""
+    node, proves each runs Ray tasks, records them (cluster.json, MLflow tags `cancelctl.ray.*`),
+    watches them while the workload runs, and tears Ray down on the way out."""
     with RayCluster(allocation, run_dir) as cluster:
         joined_s = cluster.wait_for_nodes()
         ran_on = cluster.probe()
@@ -387,9 +389,9 @@ def run_cluster(allocation: Allocation, run_dir: Path, logger: Any) -> Iterator[
                   "nodes": [{"name": n.name, "address": n.address, "ports": allocation.ports(i)}
                             for i, n in enumerate(allocation.nodes)]}
         (Path(run_dir) / CLUSTER_JSON).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        # tags, not metrics: a step-0 point logged by a requeued attempt would read as the run's last step
         logger.set_tags({"cancelctl.ray.nodes": ",".join(n.name for n in allocation.nodes),
-                         "cancelctl.ray.head": allocation.head_address})
-        logger.log(0, {"cluster/nodes": float(len(ran_on)), "cluster/join_s": joined_s})
+                         "cancelctl.ray.head": allocation.head_address, "cancelctl.ray.join_s": f"{joined_s:.2f}"})
         cluster.watch()
         yield cluster
 
