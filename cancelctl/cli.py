@@ -166,13 +166,14 @@ def render(
     if not match:
         fail_input(SpecError(f"--run {run!r}: no such run in {path} (see `cancelctl plan {path}`)"))
     target = match[0]
-    if target.spec.executor == "slurm":
-        from cancelctl.executors.slurm_render import render_run
+    from cancelctl.executors import get_executor
 
-        try:
-            typer.echo(render_run(target, workdir_path(workdir)), nl=False)
-        except SpecError as exc:
-            fail_input(exc)
+    try:
+        job = get_executor(target.spec.executor).render_job(target, workdir_path(workdir))
+    except SpecError as exc:
+        fail_input(exc)
+    if job is not None:  # e.g. SLURM: the sbatch script and in-task commands
+        typer.echo(job, nl=False)
     elif target.spec.backend == "verl":
         from cancelctl.backends.verl import format_command, render_command
 
