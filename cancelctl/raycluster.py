@@ -25,7 +25,6 @@ workers inherit the raylet's, so whatever verl's workers need must be exported b
 
 from __future__ import annotations
 
-import _thread
 import json
 import os
 import secrets
@@ -42,6 +41,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cancelctl import preemption
 
 CLUSTER_JSON = "cluster.json"  # in the run folder: the nodes, addresses and ports of the last attempt
 JOIN_TIMEOUT_S = float(os.environ.get("CANCELCTL_RAY_JOIN_TIMEOUT_S", "120"))
@@ -327,15 +328,8 @@ class RayCluster:
         return {name: ray.get(ref, timeout=self.join_timeout_s) for name, ref in refs.items()}
 
     def watch(self) -> None:
-        """From now on, a node that leaves raises NodeLost in the main thread (at its next bytecode:
-        a workload sleeping in a poll loop sees it within WATCH_EVERY_S + Ray's own detection)."""
-        previous = signal.getsignal(signal.SIGUSR1)
-
-        def raise_lost(signum, frame):
-            signal.signal(signal.SIGUSR1, previous)
-            raise NodeLost(self.lost)
-
-        signal.signal(signal.SIGUSR1, raise_lost)
+        """From now on, a node that leaves ends the run with NodeLost at the workload's next step
+        boundary (`preemption.at_step_boundary`: the lab after each step, verl's poll loop every 5 s)."""
         self._watching.set()
         threading.Thread(target=self._watch_loop, name="ray-node-watch", daemon=True).start()
 
@@ -354,7 +348,7 @@ class RayCluster:
                 self.lost = (f"Ray node {', '.join(gone)} left the cluster of job {self.allocation.job_id} mid-run "
                              f"(node died, or its raylet / SLURM task was killed)")
                 self._watching.clear()
-                _thread.interrupt_main(signal.SIGUSR1)
+                preemption.fail_at_step_boundary(NodeLost(self.lost))
                 return
 
     # -- other ranks ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -166,4 +167,8 @@ def test_killed_worker_node_fails_the_run_naming_it_and_leaves_no_ray(tmp_path, 
     _, run = mlflow_run(workdir, sweep)
     assert run.info.status == "FAILED"
     wait_until(lambda: ray_leftovers(job_id) == {}, 30, f"job {job_id}'s Ray processes to end")
+    head_logs = Path(f"/tmp/ray-cc-{job_id}-0")
+    assert any(head_logs.rglob("raylet*.out")) or any(head_logs.rglob("*.log")), "a failed cluster keeps its Ray logs"
+    for rank in (0, 1):
+        shutil.rmtree(f"/tmp/ray-cc-{job_id}-{rank}", ignore_errors=True)
     print(f"worker node killed -> run FAILED in {took:.1f} s: {state.reason}")
