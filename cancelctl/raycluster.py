@@ -281,8 +281,14 @@ class RayCluster:
         except (ImportError, AttributeError):
             pass
         a = self.allocation
-        ray.init(address=a.head_address, _node_ip_address=a.me.address, logging_level="WARNING",
-                 log_to_driver=False, configure_logging=False)
+        # ray.init installs its own SIGTERM handler (sys.exit): the job keeps submitit's / preemption's
+        sigterm = signal.getsignal(signal.SIGTERM)
+        try:
+            ray.init(address=a.head_address, _node_ip_address=a.me.address, logging_level="WARNING",
+                     log_to_driver=False, configure_logging=False)
+        finally:
+            if threading.current_thread() is threading.main_thread() and sigterm is not None:
+                signal.signal(signal.SIGTERM, sigterm)
         self._connected = True
 
     def alive_nodes(self) -> set[str]:

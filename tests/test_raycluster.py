@@ -5,6 +5,7 @@ leave no Ray process behind). The 2-node runs through SLURM are in tests/slurm/t
 from __future__ import annotations
 
 import itertools
+import signal
 
 import pytest
 
@@ -51,6 +52,7 @@ def test_a_node_that_never_joins_fails_naming_it_and_no_ray_is_left(tmp_path):
     pytest.importorskip("ray")
     a = allocation(f"t{tmp_path.name[-6:]}")  # rank 1 (n2) is never started
     cluster = RayCluster(a, tmp_path, join_timeout_s=90)
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
         cluster.start()
         assert (tmp_path / f".ray-{a.job_id}.token").stat().st_mode & 0o077 == 0  # the job's own token, private
@@ -58,6 +60,7 @@ def test_a_node_that_never_joins_fails_naming_it_and_no_ray_is_left(tmp_path):
         with pytest.raises(RayClusterError, match=r"Ray nodes n2 never joined the head on n1") as err:
             cluster.wait_for_nodes()
         assert "joined: n1" in str(err.value)
+        assert signal.getsignal(signal.SIGTERM) is sigterm  # ray.init's own handler did not replace the job's
     finally:
         cluster.stop()
     assert processes_using(a.temp_dir(0)) == []
