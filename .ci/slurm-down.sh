@@ -15,7 +15,10 @@ stop() {  # stop <name> <pidfile>
   rm -f "$2"
 }
 
-stop slurmd /run/slurmd.pid
+# one slurmd per node (multiple-slurmd mode: the debug node and n1/n2); slurmd.pid is an older layout's
+for pidfile in /run/slurmd.pid /run/slurmd-*.pid; do
+  [ -e "$pidfile" ] && stop "slurmd $(basename "$pidfile" .pid)" "$pidfile"
+done
 stop slurmctld /run/slurmctld.pid
 stop slurmdbd /run/slurmdbd.pid
 if [ "${1:-}" = --purge ] && [ -S /run/mysqld/mysqld.sock ]; then

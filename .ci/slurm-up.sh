@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# A real single-node SLURM cluster for cancelctl's slurm-marked tests (Debian 12, no systemd).
+# A real SLURM cluster for cancelctl's slurm-marked tests (Debian 12, no systemd): the single node
+# `$(hostname -s)` in partition `debug` (the default, used by most tests), plus two nodes n1/n2 in
+# partition `multi` for the 2-node (Ray across an allocation) tests. n1/n2 run on this same machine in
+# Slurm's multiple-slurmd mode (Debian's build has MULTIPLE_SLURMD=Yes): one slurmd per node
+# (`slurmd -N n1`), each with its own Port=, spool/pid/log (%n) and loopback address 127.0.1.x, so
+# nothing leaves the machine.
 #
 # slurm-wlm + munge + slurmdbd on MariaDB, so `sacct` works: cancelctl reads job states from one
 # sacct call per poll, and submitit's own result() would hang forever on a job killed outside
@@ -9,6 +14,7 @@
 # Settings the tests depend on (override with the env vars):
 #   CANCELCTL_SLURM_CPUS=8          CPUs advertised (overcommits a 2-core VM so array tasks overlap)
 #   CANCELCTL_SLURM_MAX_ARRAY=8     MaxArraySize: small, so a 9+-run sweep must split into arrays
+#   CANCELCTL_SLURM_MULTI_CPUS=2    CPUs advertised by each of n1/n2
 #   cred_expire=5, KillWait=2, sched/bf intervals of 2 s: a requeued job restarts in seconds, not minutes
 #
 # Run as root. Stop with .ci/slurm-down.sh.
@@ -16,6 +22,10 @@ set -euo pipefail
 
 CPUS=${CANCELCTL_SLURM_CPUS:-8}
 MAX_ARRAY=${CANCELCTL_SLURM_MAX_ARRAY:-8}
+MULTI_CPUS=${CANCELCTL_SLURM_MULTI_CPUS:-2}
+# the multi-node partition: name -> loopback address and slurmd port
+MULTI_NODES=(n1 n2)
+declare -A MULTI_ADDR=([n1]=127.0.1.1 [n2]=127.0.1.2) MULTI_PORT=([n1]=17001 [n2]=17002)
 WAIT_S=${CANCELCTL_SLURM_WAIT_S:-60}
 CLUSTER=cancelctl-ci
 NODE=$(hostname -s)
@@ -53,7 +63,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd "$LOG" /run/munge /var/lib/munge /var/log/munge /run/mysqld
+mkdir -p /etc/slurm /var/spool/slurmctld "$LOG" /run/munge /var/lib/munge /var/log/munge /run/mysqld
 chown munge:munge /run/munge /var/lib/munge /var/log/munge
 chown mysql:mysql /run/mysqld
 
@@ -103,23 +113,28 @@ ReturnToService=2
 # seconds between SIGTERM and SIGKILL on scancel/requeue (submitit's job ignores SIGTERM)
 KillWait=2
 StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
+# %n = the node name: several slurmd run on this machine (multiple-slurmd mode), one per node
+SlurmdSpoolDir=/var/spool/slurmd/%n
 SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
+SlurmdPidFile=/run/slurmd-%n.pid
 SlurmctldLogFile=$LOG/slurmctld.log
-SlurmdLogFile=$LOG/slurmd.log
+SlurmdLogFile=$LOG/slurmd-%n.log
 SlurmctldPort=6817
 SlurmdPort=6818
 # advertise more CPUs than the VM has, so several tiny array tasks run at once
 SlurmdParameters=config_overrides
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+$(for n in "${MULTI_NODES[@]}"; do
+  echo "NodeName=$n NodeAddr=${MULTI_ADDR[$n]} Port=${MULTI_PORT[$n]} CPUs=$MULTI_CPUS RealMemory=$MEM State=UNKNOWN"
+done)
+PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+PartitionName=multi Nodes=$(IFS=,; echo "${MULTI_NODES[*]}") Default=NO MaxTime=INFINITE State=UP
 EOF
 )
 if [ ! -f "$CONF" ] || [ "$(cat "$CONF")" != "$NEW_CONF" ]; then
   say "writing $CONF (restarting slurmctld/slurmd if running: both must hash the same config)"
   printf '%s\n' "$NEW_CONF" >"$CONF"
-  stop_pidfile /run/slurmd.pid
+  for pidfile in /run/slurmd.pid /run/slurmd-*.pid; do stop_pidfile "$pidfile"; done  # slurmd.pid: before %n
   stop_pidfile /run/slurmctld.pid
 fi
 
@@ -159,19 +174,24 @@ fi
 # ------------------------------------------------------------------ slurmctld + slurmd
 if ! alive /run/slurmctld.pid; then say "starting slurmctld"; slurmctld; fi
 wait_for 30 slurmctld scontrol ping
-if ! alive /run/slurmd.pid; then say "starting slurmd"; slurmd; fi
+for node in "$NODE" "${MULTI_NODES[@]}"; do
+  mkdir -p "/var/spool/slurmd/$node"
+  if ! alive "/run/slurmd-$node.pid"; then say "starting slurmd -N $node"; slurmd -N "$node"; fi
+done
 
-node_ready() {
-  local state; state=$(sinfo -h -n "$NODE" -o '%T' | head -1)
+node_ready() {  # node_ready <node>
+  local state; state=$(sinfo -h -n "$1" -o '%T' | head -1)
   case "$state" in
     idle|mixed|allocated) return 0 ;;
-    down*|drain*) scontrol update NodeName="$NODE" State=RESUME >/dev/null 2>&1; return 1 ;;
+    down*|drain*) scontrol update NodeName="$1" State=RESUME >/dev/null 2>&1; return 1 ;;
     *) return 1 ;;
   esac
 }
-if ! wait_for "$WAIT_S" "node $NODE idle (see $LOG/slurmctld.log, $LOG/slurmd.log)" node_ready; then
-  sinfo >&2 || true; exit 1
-fi
+for node in "$NODE" "${MULTI_NODES[@]}"; do
+  if ! wait_for "$WAIT_S" "node $node idle (see $LOG/slurmctld.log, $LOG/slurmd-$node.log)" node_ready "$node"; then
+    sinfo >&2 || true; exit 1
+  fi
+done
 # the cluster registers in slurmdbd when slurmctld connects; sacct needs that
 wait_for 30 "cluster $CLUSTER in slurmdbd" bash -c "sacctmgr -n -P list cluster format=cluster | grep -qx $CLUSTER"
 say "ready: $(sinfo -h -o '%P %a %D %T %N'), MaxArraySize=$(scontrol show config | awk '/^MaxArraySize/{print $3}')"

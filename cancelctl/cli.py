@@ -157,14 +157,24 @@ def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="W
 def render(
     path: Path = typer.Argument(..., help="Sweep file."),
     run: str = typer.Option(..., "--run", help="Run id (or run name) from `cancelctl plan`."),
+    workdir: Optional[Path] = WorkdirOpt,
 ) -> None:
-    """Show what the backend would launch: the verl command + overrides, or the lab config."""
+    """Show what the backend would launch: the verl command + overrides, or the lab config; with
+    executor slurm, the exact sbatch script and in-task commands (Ray start-up on multi-node runs)."""
     sweep = load_or_exit(path, allow_unmatched=True)
     match = [r for r in sweep.runs if run in (r.run_id, r.name)]
     if not match:
         fail_input(SpecError(f"--run {run!r}: no such run in {path} (see `cancelctl plan {path}`)"))
     target = match[0]
-    if target.spec.backend == "verl":
+    from cancelctl.executors import get_executor
+
+    try:
+        job = get_executor(target.spec.executor).render_job(target, workdir_path(workdir))
+    except SpecError as exc:
+        fail_input(exc)
+    if job is not None:  # e.g. SLURM: the sbatch script and in-task commands
+        typer.echo(job, nl=False)
+    elif target.spec.backend == "verl":
         from cancelctl.backends.verl import format_command, render_command
 
         try:

@@ -63,7 +63,14 @@ class RunJob(Checkpointable):
         self.threads = threads
 
     def __call__(self) -> dict[str, float]:
-        return run_in_folder(Path(self.run_dir), token=self.token, threads=self.threads)
+        from cancelctl.raycluster import Allocation, serve_worker
+
+        allocation = Allocation.from_env()  # None unless this is one task of a multi-node job
+        if allocation is not None and not allocation.is_head:
+            # a worker node of the run's Ray cluster: the run folder, MLflow and requeue are rank 0's
+            serve_worker(allocation, Path(self.run_dir))
+            return {}
+        return run_in_folder(Path(self.run_dir), token=self.token, threads=self.threads, allocation=allocation)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
         # Called at a step boundary (cancelctl.preemption) just after the backend saved its
@@ -74,7 +81,11 @@ class RunJob(Checkpointable):
         return f"RunJob({self.run_dir!r}, token={self.token!r})"
 
 
-def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None) -> dict[str, float]:
+def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None, allocation: Any = None) -> dict[str, float]:
+    """`allocation` (a multi-node job's rank 0, `raycluster.Allocation`): the run's workload runs
+    inside a Ray cluster over all its nodes (`raycluster.run_cluster`)."""
+    import contextlib
+
     from cancelctl import preemption
     from cancelctl.plan import RunSpec
     from cancelctl.tracking import RunLogger
@@ -92,7 +103,13 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None)
     logger = RunLogger(run_dir, record["tracking_uri"], record.get("mlflow_run_id"))
     try:
         train = backend_train(run.spec.backend)
-        with preemption.deferred_signals():  # USR2/SIGTERM wait for the backend's step boundary
+        if allocation is not None:
+            from cancelctl.raycluster import run_cluster
+
+            cluster = run_cluster(allocation, run_dir, logger)
+        else:
+            cluster = contextlib.nullcontext()
+        with cluster, preemption.deferred_signals():  # USR2/SIGTERM wait for the backend's step boundary
             result = train(run, run_dir, logger, cache_dir)
     except KeyboardInterrupt:  # local cancel / Ctrl-C: resumable, not a failure of the run
         _write_error(run_dir, "INTERRUPTED")

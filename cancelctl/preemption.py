@@ -30,6 +30,7 @@ from typing import Any
 DEFERRED_SIGNALS = (getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), signal.SIGUSR2), signal.SIGTERM)
 
 _pending: list[int] = []
+_failure: list[BaseException] = []
 _replaced: dict[int, Any] = {}
 
 
@@ -66,6 +67,13 @@ def deferred_signals(signums: tuple[int, ...] = DEFERRED_SIGNALS) -> Iterator[No
             signal.signal(signum, handler)
             _replaced.pop(signum, None)
         _pending.clear()
+        _failure.clear()
+
+
+def fail_at_step_boundary(exc: BaseException) -> None:
+    """From another thread: end the run with `exc` at the next step boundary. (Raised at an arbitrary
+    point of the main thread it could land inside a tracking-store call and pass for a store error.)"""
+    _failure[:] = [exc]
 
 
 def pending() -> list[int]:
@@ -77,6 +85,8 @@ def at_step_boundary(save: Callable[[], None]) -> None:
     """Call after a step is complete. If a deferred signal arrived: `save()` a checkpoint, then hand
     USR2 to the handler it was deferred from (submitit's: requeue and SystemExit) and end the job
     on SIGTERM (`Terminated`)."""
+    if _failure:  # another thread found the run cannot go on (a node of its Ray cluster left)
+        raise _failure.pop()
     if not _pending:
         return
     received = sorted(_pending, key=lambda signum: signum == signal.SIGTERM)  # a requeue request first

@@ -11,6 +11,7 @@ the cross-field checks read as one document (the JSON Schema is generated from t
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -248,6 +249,9 @@ class EvalSpec(Strict):
     prompts: int = Field(128, ge=1, description="lab: held-out prompts per evaluation")
 
 
+APPTAINER_URI = re.compile(r"^(docker|docker-archive|oras|library|shub|https?)://")
+
+
 class ClusterSpec(Strict):
     partition: str | None = None
     account: str | None = None
@@ -258,10 +262,28 @@ class ClusterSpec(Strict):
     mem_gb: float | None = Field(None, gt=0)
     time_min: int = Field(60, ge=1)
     array_parallelism: int = Field(64, ge=1)
-    container_image: str | None = None
+    container_image: str | None = Field(
+        None, description="image the job runs in: pyxis/enroot (an image ref or .sqsh) or apptainer (a .sif or docker://...)"
+    )
     container_runtime: Literal["pyxis", "apptainer"] = "pyxis"
     setup: list[str] = Field(default_factory=list, description="shell lines run before the job (modules, venv)")
     additional: dict[str, str | int] = Field(default_factory=dict, description="extra sbatch parameters")
+
+    @field_validator("container_image")
+    @classmethod
+    def _one_image(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or any(c.isspace() for c in value)):
+            raise ValueError(f"one image reference or path without spaces, got {value!r}")
+        return value
+
+    @field_validator("container_runtime")
+    @classmethod
+    def _image_fits_runtime(cls, value: str, info: ValidationInfo) -> str:
+        image = info.data.get("container_image")
+        # apptainer runs a SIF file or pulls a URI; a bare "repo:tag" is pyxis/enroot syntax
+        if image and value == "apptainer" and not (image.endswith(".sif") or APPTAINER_URI.match(image)):
+            raise ValueError(f"apptainer needs container_image to be a .sif file or a docker:// / oras:// / library:// URI, got {image!r}")
+        return value
 
 
 class TrackingSpec(Strict):

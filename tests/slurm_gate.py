@@ -41,7 +41,24 @@ def cluster_problem() -> str | None:
 
 
 def cluster_cpus() -> int:
-    """CPUs the cluster's idle or mixed nodes offer: how many 1-CPU tasks can run at once."""
-    out = subprocess.run(["sinfo", "-h", "-o", "%C"], capture_output=True, text=True, timeout=20).stdout
-    # %C = allocated/idle/other/total
-    return sum(int(part.split("/")[3]) for part in out.split() if part.count("/") == 3)
+    """CPUs of the default partition (where the tests' jobs go): how many 1-CPU tasks can run at once."""
+    out = subprocess.run(["sinfo", "-h", "-o", "%P %C"], capture_output=True, text=True, timeout=20).stdout
+    # %P ends in "*" for the default partition; %C = allocated/idle/other/total
+    return sum(int(cpus.split("/")[3]) for part, cpus in (line.split() for line in out.splitlines()) if part.endswith("*"))
+
+
+MULTI_PARTITION = "multi"  # .ci/slurm-up.sh: nodes n1, n2 (multiple-slurmd mode)
+
+
+def multi_node_problem(nodes: int = 2) -> str | None:
+    """None when partition `multi` has `nodes` usable nodes for the multi-node tests; else why they skip."""
+    problem = cluster_problem()
+    if problem:
+        return problem
+    out = subprocess.run(["sinfo", "-h", "-p", MULTI_PARTITION, "-o", "%D %T"], capture_output=True, text=True, timeout=20)
+    usable = sum(int(count) for count, state in (line.split() for line in out.stdout.splitlines())
+                 if state in ("idle", "mixed"))
+    if usable < nodes:
+        return (f"partition {MULTI_PARTITION!r} has {usable} usable nodes, the test needs {nodes} "
+                f"(.ci/slurm-up.sh adds n1/n2; sinfo: {out.stdout.strip() or out.stderr.strip() or 'no such partition'})")
+    return None

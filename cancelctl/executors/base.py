@@ -83,6 +83,11 @@ class Executor(ABC):
     def dry_run(self, paths: SweepPaths, runs: Sequence[RunSpec], plan: Any) -> list[ArrayPlan]:
         return []
 
+    def render_job(self, run: RunSpec, workdir: Path) -> str | None:
+        """What the scheduler would be given for `run` and what its job runs (`cancelctl render`);
+        None where there is nothing beyond the backend's own command."""
+        return None
+
     @abstractmethod
     def submit(self, paths: SweepPaths, runs: Sequence[RunSpec], plan: Any, lock_fd: int) -> Submitted:
         """Hand `runs` to the scheduler, recording intent then job id in the manifest."""

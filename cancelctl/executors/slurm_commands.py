@@ -39,7 +39,8 @@ QUERY_TIMEOUT_S = 30
 DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default when scontrol cannot be asked
 # Parameters cancelctl sets itself; `cluster.additional` must not override them.
 RESERVED = {"array", "job_name", "output", "error", "open_mode", "comment", "map_count", "wckey",
-            "additional_parameters", "srun_args", "stderr_to_stdout", "use_srun"}
+            "additional_parameters", "srun_args", "stderr_to_stdout", "use_srun", "ntasks_per_node", "ntasks",
+            "tasks_per_node"}
 # sbatch/submitit names that have a ClusterSpec field: set the field, not `additional`.
 CLUSTER_FIELDS = {"partition": "partition", "account": "account", "qos": "qos", "nodes": "nodes",
                   "gpus_per_node": "gpus_per_node", "cpus_per_task": "cpus_per_task", "mem": "mem_gb",
@@ -94,6 +95,10 @@ def job_shape(spec: ExperimentSpec, workdir: Path) -> JobShape:
         "setup": list(cluster.setup) or None,
     }
     params.update({k: v for k, v in optional.items() if v is not None})
+    if cluster.nodes > 1:
+        # one task per node: the job function runs on every node, rank 0 starts the Ray head and the
+        # others join it (cancelctl.raycluster); only rank 0 checkpoints and requeues (submitit)
+        params["ntasks_per_node"] = 1
     python = shlex.quote(sys.executable)
     if cluster.container_image:
         image, mounts = cluster.container_image, f"{workdir}:{workdir}"

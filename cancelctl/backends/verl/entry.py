@@ -7,7 +7,8 @@ changes (see `job_overrides`):
 - verl logs to its `file` backend instead of MLflow, and this process forwards each step's
   metrics to cancelctl's RunLogger (metrics.jsonl record + buffered MLflow, `cancelctl sync` for
   gaps). The metric keys are verl's own, sanitised as verl's MLflow logger does (`@` → `_at_`).
-  `cancelctl render` shows `trainer.logger=[console,mlflow]`: the same metrics, logged by verl.
+  `render_command` (the spec's settings alone) has `trainer.logger=[console,mlflow]`: the same
+  metrics, logged by verl; `cancelctl render` of a SLURM run shows this job command.
 
 The SPEC compute keys (generated tokens, update steps, GPU-hours) are derived from verl's own metrics
 on the way (`compute.ComputeAccount`), so `cancelctl report` has its compute axes for verl runs.
@@ -25,8 +26,11 @@ verl's driver and workers) that verl loads the loss plugin and its group-aware p
 plugin that fails to import only at DEBUG, and the run would then fail (or train without group ids)
 deep inside a worker.
 
-Not done here: starting Ray across SLURM nodes (the sbatch template's job: `ray start` on every node
-before this runs; with one node verl's own `ray.init` starts a local cluster).
+Multi-node runs (`cluster.nodes > 1`): `cancelctl.jobs` has already formed the allocation's Ray cluster
+(`cancelctl.raycluster`: head on rank 0, every node joined, RAY_ADDRESS exported) before this runs on
+rank 0; verl's `main_ppo` calls `ray.init` only when Ray is not initialised, so with RAY_ADDRESS set it
+joins that cluster, and `trainer.nnodes` (render.py) sizes its resource pool. With one node verl's
+own `ray.init` starts a local cluster.
 """
 
 from __future__ import annotations

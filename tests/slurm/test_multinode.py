@@ -1,0 +1,174 @@
+"""A 2-node run on the real cluster: `cancelctl sweep` → one array task holding nodes n1+n2 of partition
+`multi` (.ci/slurm-up.sh: two slurmd on this machine, multiple-slurmd mode) → Ray head on rank 0, a
+worker joining from rank 1 → the workload on the head → MLflow → `cancelctl report`.
+
+The workload is the lab's CPU training run; the Ray part is `cancelctl.raycluster`: rank 0 waits for
+both raylets, runs one Ray task pinned to each SLURM node (each reports the SLURMD_NODENAME it ran
+under), records them (cluster.json, MLflow tags `cancelctl.ray.*`), and watches them while
+the run trains. No Ray process of the job may outlive it (a /proc scan for the job's temp dirs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from slurm_gate import MULTI_PARTITION, multi_node_problem
+
+from cancelctl.launch import cancel_sweep, sweep_status, wait_for_sweep
+from cancelctl.raycluster import CLUSTER_JSON, processes_using
+from cancelctl.workdir import sweep_paths
+
+_PROBLEM = multi_node_problem(2)
+pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")]
+
+TINY_LAB = {"d_model": 16, "n_layers": 1, "n_heads": 2, "warmstart_steps": 5, "checkpoint_every": 2, "max_operand": 5}
+CLI = Path(sys.executable).with_name("cancelctl")
+
+
+def write_two_node_sweep(directory: Path, prefix: str, steps: int) -> Path:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"  # the accounting DB outlives test runs
+    spec = {
+        "name": name,
+        "base": {
+            "backend": "lab",
+            "executor": "slurm",
+            "lab": TINY_LAB,
+            "rollout": {"G": 2},
+            "budget": {"steps": steps, "prompts_per_step": 4},
+            "eval": {"every": 2, "k": 1, "prompts": 4},
+            "algorithm": {"lr": 1.0e-3},
+            "cluster": {"nodes": 2, "partition": MULTI_PARTITION, "cpus_per_task": 1, "time_min": 10},
+        },
+    }
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"cancelctl {' '.join(args)}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
+    return result
+
+
+def ray_leftovers(job_id: str) -> dict[int, list[int]]:
+    """rank -> pids of processes still naming that rank's Ray temp dir (raylet, gcs_server, workers)."""
+    left = {rank: processes_using(f"/tmp/ray-cc-{job_id}-{rank}") for rank in (0, 1)}
+    return {rank: pids for rank, pids in left.items() if pids}
+
+
+def wait_until(condition, timeout_s: float, what: str, poll_s: float = 0.5):
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
+        time.sleep(poll_s)
+    return value
+
+
+def mlflow_run(workdir: Path, sweep: str):
+    import mlflow
+
+    from cancelctl.tracking import default_tracking_uri
+
+    client = mlflow.MlflowClient(default_tracking_uri(workdir))
+    experiment = client.get_experiment_by_name(sweep)
+    (run,) = client.search_runs([experiment.experiment_id])
+    return client, run
+
+
+@pytest.fixture
+def sweep_dir(tmp_path, template_db):
+    """(sweep file, work dir); the sweep is cancelled at teardown so a failed test leaves no job."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "mlflow.db").write_bytes(Path(template_db).read_bytes())
+    made: list[str] = []
+    yield workdir, made
+    for sweep in made:
+        if sweep_paths(workdir, sweep).store.exists() and any(s.active for s in sweep_status(workdir, sweep)):
+            cancel_sweep(workdir, sweep)
+
+
+def test_two_node_run_forms_one_ray_cluster_lands_in_mlflow_and_report(tmp_path, sweep_dir):
+    workdir, made = sweep_dir
+    path = write_two_node_sweep(tmp_path, "multinode", steps=3)
+    sweep = yaml.safe_load(path.read_text())["name"]
+    made.append(sweep)
+    t0 = time.monotonic()
+    cli("sweep", str(path), "--workdir", str(workdir))
+    (state,) = wait_for_sweep(workdir, sweep, poll_s=1, timeout_s=180)
+    elapsed = time.monotonic() - t0
+    assert state.state == "completed", state.reason
+    job_id = state.job_id.split("_")[0]
+
+    run_dir = next(sweep_paths(workdir, sweep).runs_dir.iterdir())
+    cluster = json.loads((run_dir / CLUSTER_JSON).read_text())
+    assert [n["name"] for n in cluster["nodes"]] == ["n1", "n2"]
+    assert [n["address"] for n in cluster["nodes"]] == ["127.0.1.1", "127.0.1.2"]
+    ports = [set(n["ports"].values()) for n in cluster["nodes"]]
+    assert not ports[0] & ports[1]  # both raylets on one machine: disjoint port blocks
+
+    client, run = mlflow_run(workdir, sweep)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["cancelctl.ray.nodes"] == "n1,n2"  # each Ray task ran under its own slurmd
+    assert float(run.data.tags["cancelctl.ray.join_s"]) == pytest.approx(cluster["joined_s"], abs=0.011)
+    steps = {m.step for m in client.get_metric_history(run.info.run_id, "critic/score/mean")}
+    assert steps == {1, 2, 3}
+
+    # one task per node, both ranks ended cleanly; nothing of the job's Ray is left on either node
+    acct = subprocess.run(["sacct", "-n", "-P", "-j", job_id, "-o", "JobID,State,NodeList"], capture_output=True,
+                          text=True, timeout=30).stdout
+    assert f"{job_id}_0|COMPLETED|n[1-2]" in acct, acct
+    assert ray_leftovers(job_id) == {}
+    assert not any(Path(f"/tmp/ray-cc-{job_id}-{rank}").exists() for rank in (0, 1))
+
+    report = cli("report", sweep, "--workdir", str(workdir), "--out", str(tmp_path / "report"), "--baseline", "default")
+    assert "default" in report.stdout
+    print(f"2-node run: submit to completed in {elapsed:.1f} s (Ray joined in {cluster['joined_s']} s)")
+
+
+def test_killed_worker_node_fails_the_run_naming_it_and_leaves_no_ray(tmp_path, sweep_dir):
+    workdir, made = sweep_dir
+    path = write_two_node_sweep(tmp_path, "multinode-kill", steps=1_000_000)
+    sweep = yaml.safe_load(path.read_text())["name"]
+    made.append(sweep)
+    cli("sweep", str(path), "--workdir", str(workdir))
+    runs_dir = sweep_paths(workdir, sweep).runs_dir
+    cluster_json = wait_until(lambda: next(runs_dir.glob(f"*/{CLUSTER_JSON}"), None), 120, "the Ray cluster to form")
+    job_id = json.loads(cluster_json.read_text())["job_id"]
+
+    # the worker node dies: its raylet (rank 1's Ray processes are the ones naming its temp dir)
+    worker = f"/tmp/ray-cc-{job_id}-1"
+    raylets = [pid for pid in processes_using(worker) if b"raylet" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert raylets, f"no raylet of rank 1 found under {worker}"
+    killed_at = time.monotonic()
+    for pid in raylets:
+        os.kill(pid, signal.SIGKILL)
+
+    def failed():
+        (state,) = sweep_status(workdir, sweep)
+        return state if state.state == "failed" else None
+
+    state = wait_until(failed, 60, "the run to fail after its worker node died", poll_s=1)
+    took = time.monotonic() - killed_at
+    assert "n2" in state.reason and "NodeLost" in state.reason, state.reason
+    status = cli("status", sweep, "--workdir", str(workdir))
+    assert "failed" in status.stdout and "n2" in status.stdout
+    _, run = mlflow_run(workdir, sweep)
+    assert run.info.status == "FAILED"
+    wait_until(lambda: ray_leftovers(job_id) == {}, 30, f"job {job_id}'s Ray processes to end")
+    head_logs = Path(f"/tmp/ray-cc-{job_id}-0")
+    assert any(head_logs.rglob("raylet*.out")) or any(head_logs.rglob("*.log")), "a failed cluster keeps its Ray logs"
+    for rank in (0, 1):
+        shutil.rmtree(f"/tmp/ray-cc-{job_id}-{rank}", ignore_errors=True)
+    print(f"worker node killed -> run FAILED in {took:.1f} s: {state.reason}")
