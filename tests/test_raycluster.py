@@ -18,13 +18,13 @@ def allocation(job_id: str = "4711", n: int = 2, rank: int = 0) -> Allocation:
 
 
 def test_allocation_from_slurm_environment(monkeypatch):
-    monkeypatch.setattr(raycluster, "node_address", lambda name: {"gpu[07]": "x", "gpu07": "10.1.0.7", "gpu08": "10.1.0.8"}[name])
+    monkeypatch.setattr(raycluster, "node_address", lambda name: {"gpu[07]": "x", "gpu07": "192.0.2.17", "gpu08": "192.0.2.18"}[name])
     env = {"SLURM_JOB_NUM_NODES": "2", "SLURM_PROCID": "1", "SLURM_JOB_ID": "900", "SLURM_JOB_NODELIST": "gpu[07-08]",
            "SLURM_CPUS_PER_TASK": "16", "SLURM_GPUS_ON_NODE": "8"}
     a = Allocation.from_env(env)
-    assert a.nodes == (Node("gpu07", "10.1.0.7"), Node("gpu08", "10.1.0.8"))
+    assert a.nodes == (Node("gpu07", "192.0.2.17"), Node("gpu08", "192.0.2.18"))
     assert (a.rank, a.is_head, a.me.name, a.cpus, a.gpus) == (1, False, "gpu08", 16, 8)
-    assert a.head_address == f"10.1.0.7:{a.ports(0)['port']}"
+    assert a.head_address == f"192.0.2.17:{a.ports(0)['port']}"
     assert Allocation.from_env({**env, "SLURM_JOB_NUM_NODES": "1"}) is None  # one node: verl's own ray.init
     assert Allocation.from_env({"SLURM_JOB_NUM_NODES": "2"}) is None  # not inside a SLURM task
 

@@ -4,7 +4,7 @@ start-up over the allocation (`cancelctl.raycluster`) and the workload on rank 0
 
 The script is rendered by the same code as a real submission (`slurm_commands.render_sbatch`, the
 run as a 1-task array). What only exists once the job runs — its id, its nodes and their addresses —
-is filled in with a stated example (job 1234 on node0..nodeN-1 at 10.0.0.1..); the ports and temp
+is filled in with a stated example (job 1234 on node0..nodeN-1 at 192.0.2.1.., the RFC 5737 documentation range: never a real host); the ports and temp
 dirs then follow from the job id exactly as in a real job.
 """
 
@@ -25,7 +25,7 @@ def example_allocation(run: RunSpec):
     from cancelctl.raycluster import Allocation, Node
 
     cluster = run.spec.cluster
-    nodes = tuple(Node(f"node{i}", f"10.0.0.{i + 1}") for i in range(cluster.nodes))
+    nodes = tuple(Node(f"node{i}", f"192.0.2.{i + 1}") for i in range(cluster.nodes))
     return Allocation(EXAMPLE_JOB_ID, nodes, rank=0, cpus=cluster.cpus_per_task, gpus=cluster.gpus_per_node)
 
 
@@ -65,7 +65,7 @@ def render_run(run: RunSpec, workdir: Path) -> str:
     token_path = run_dir / f".ray-{allocation.job_id}.token"
     env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path), **RAY_ENV}
     out.append(f"# ---- the Ray cluster over the allocation (cancelctl.raycluster), shown for job {allocation.job_id} on "
-               f"{names} (NodeAddr 10.0.0.1..{nodes});")
+               f"{names} (NodeAddr 192.0.2.1..{nodes});")
     out.append("#      ports and temp dirs derive from SLURM_JOB_ID, nodes from SLURM_JOB_NODELIST + scontrol NodeAddr.")
     out.append("#      Every `ray start` runs in the task's own session with the job's environment plus:")
     out.append("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))

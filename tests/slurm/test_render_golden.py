@@ -58,7 +58,7 @@ def test_rendered_allocation_is_four_nodes_with_one_head_and_three_workers(tmp_p
     starts = [line for line in text.splitlines() if line.startswith("ray start")]
     assert len(starts) == 4 and sum("--head" in line for line in starts) == 1
     head_port = re.search(r"--head --port=(\d+)", starts[0]).group(1)
-    assert all(f"--address=10.0.0.1:{head_port}" in line for line in starts[1:])
+    assert all(f"--address=192.0.2.1:{head_port}" in line for line in starts[1:])
     assert all("--include-dashboard=false" in starts[0] and "--disable-usage-stats" in line for line in starts)
     assert len({re.search(r"--temp-dir=(\S+)", line).group(1) for line in starts}) == 4
     assert "trainer.nnodes=4" in text and "trainer.n_gpus_per_node=8" in text
