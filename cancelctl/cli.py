@@ -217,7 +217,8 @@ def sweep(
 ) -> None:
     """Validate, expand and run every arm of a sweep; finished or running runs are never resubmitted."""
     from cancelctl.executors import executor_names, get_executor
-    from cancelctl.launch import SchedulerError, launch_sweep
+    from cancelctl.launch import SchedulerError
+    from cancelctl.launch.interrupt import Interrupted, interrupted_message, signals_interrupt
 
     if executor is not None and executor not in executor_names():
         *first, last = executor_names()
@@ -228,20 +229,36 @@ def sweep(
     wd = workdir_path(workdir)
     launch = dict(workdir=wd, executor=executor, dry_run=dry_run, retry_failed=retry_failed, retry_stopped=retry_stopped)
     try:
-        if will_wait and runner.waits_by_default:  # the launcher drives the runs itself: it pushes states
-            from cancelctl.watch import WatchProgress
-
-            with WatchProgress(plan_.name, console=console) as view:
-                result = launch_sweep(plan_, wait=True, progress=view, **launch)
-        else:
-            result = launch_sweep(plan_, wait=False, **launch)
-            if will_wait:  # a scheduler runs them (SLURM): follow them in the watch view
-                _watch_submitted(wd, result)
+        with signals_interrupt():
+            result = _launch(plan_, runner, will_wait, wd, launch)
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, a closed terminal
+        resume = " ".join(["cancelctl sweep", str(path)] + (["-w", str(workdir)] if workdir else [])
+                          + (["--executor", executor] if executor else []))
+        err_console.print(interrupted_message(exc, plan_.name, resume), highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code if isinstance(exc, Interrupted) else 130) from None
     except SpecError as exc:
         fail_input(exc)
     except SchedulerError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(1)
+    _print_launch(result, plan_)
+
+
+def _launch(plan_, runner, will_wait: bool, wd: Path, launch: dict):
+    from cancelctl.launch import launch_sweep
+
+    if will_wait and runner.waits_by_default:  # the launcher drives the runs itself: it pushes states
+        from cancelctl.watch import WatchProgress
+
+        with WatchProgress(plan_.name, console=console) as view:
+            return launch_sweep(plan_, wait=True, progress=view, **launch)
+    result = launch_sweep(plan_, wait=False, **launch)
+    if will_wait:  # a scheduler runs them (SLURM): follow them in the watch view
+        _watch_submitted(wd, result)
+    return result
+
+
+def _print_launch(result, plan_) -> None:
     for warning in result.warnings:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     verb = "would submit" if result.dry_run else "submitted"
@@ -318,13 +335,17 @@ def status(
     if name is None:
         fail_input(SpecError(f"no sweep has been run in {wd}"))
     try:
-        states = sweep_status(wd, name)
+        every = sweep_status(wd, name, include_stale=True)
     except SpecError as exc:
         fail_input(exc)
+    states, stale = [s for s in every if not s.stale], [s for s in every if s.stale]
     if as_json:
-        typer.echo(json.dumps([s.to_json() for s in states], indent=2, default=str))
+        typer.echo(json.dumps([s.to_json() for s in every], indent=2, default=str))
         return
     console.print(_states_table(f"{name}: {_counts(states)}", states))
+    if stale:
+        console.print(_states_table(f"stale: {len(stale)} run(s) of earlier versions of the sweep file "
+                                    f"(not counted, not in the report): {_counts(stale)}", stale), style="dim")
 
 
 @app.command()

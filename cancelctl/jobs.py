@@ -29,6 +29,7 @@ launcher surviving after sbatch (plain submitit moves the pickles after sbatch r
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib
 import json
@@ -36,6 +37,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -92,7 +94,7 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None)
     logger = RunLogger(run_dir, record["tracking_uri"], record.get("mlflow_run_id"))
     try:
         train = backend_train(run.spec.backend)
-        with preemption.deferred_signals():  # USR2/SIGTERM wait for the backend's step boundary
+        with preemption.deferred_signals(), _hangup_interrupts():  # USR2/SIGTERM wait for the step boundary
             result = train(run, run_dir, logger, cache_dir)
     except KeyboardInterrupt:  # local cancel / Ctrl-C: resumable, not a failure of the run
         _write_error(run_dir, "INTERRUPTED")
@@ -121,6 +123,25 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None)
     write_result(run_dir, result, token=token, **({"stopped": stop.to_json()} if stop is not None else {}))
     _end_attempt(run_dir, token, "stopped" if stop is not None else "finished")
     return result
+
+
+@contextlib.contextmanager
+def _hangup_interrupts():
+    """A closed terminal (SIGHUP to the launcher's process group) interrupts a run like Ctrl-C: it
+    records INTERRUPTED (resumable) instead of dying without a word. Only where nothing else
+    handles SIGHUP (a job process, not the CLI running a debug run in process)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGHUP) is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt("SIGHUP")
+
+    signal.signal(signal.SIGHUP, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def read_stop(run_dir: Path):

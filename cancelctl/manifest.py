@@ -16,6 +16,7 @@ Schema (version 1)::
     {"version": 1, "sweep": "lab-demo", "file": "experiments/lab.yaml", "executor": "slurm",
      "created_at": 1763822400.0, "launched_at": 1763822460.0, "cancelled_at": null,
      "driver": {"pid": 4242, "start": 1234567} | null,        # local/debug driver process
+     "planned": ["3f2a9c1b7e0d", ...],                         # run ids of the last launch's sweep file
      "runs": {"3f2a9c1b7e0d": {"name": "grpo-G=8-s0", "arm": "grpo", "seed": 0, "group": "G=8",
                                "queued_at": null,           # local: waiting for a free core
                                "submissions": [["k2v8q1x0aa", 3]],   # (token, array index), oldest first
@@ -100,6 +101,12 @@ class Manifest:
     driver: dict[str, int] | None = None
     runs: dict[str, RunEntry] = field(default_factory=dict)
     submissions: dict[str, Submission] = field(default_factory=dict)
+    # run ids the sweep file planned at its last launch (None: manifests written before it was kept);
+    # the other runs are stale (an edited arm, another file reusing the name): kept, never counted
+    planned: list[str] | None = None
+
+    def is_current(self, run_id: str) -> bool:
+        return self.planned is None or run_id in self.planned
 
     # -- queries ---------------------------------------------------------------------------
 

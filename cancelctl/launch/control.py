@@ -32,15 +32,17 @@ def reconcile(paths: SweepPaths, *, wait_local: bool = True) -> None:
         get_executor(name).reconcile(paths, intents, wait=wait_local)
 
 
-def sweep_status(workdir: Path, sweep: str | None = None) -> list[RunState]:
-    """Per-run state (latest sweep when `sweep` is None). SLURM: one sacct call for the whole sweep;
-    local: the manifest, process liveness and the run folders' result/error files."""
+def sweep_status(workdir: Path, sweep: str | None = None, *, include_stale: bool = False) -> list[RunState]:
+    """Per-run state (latest sweep when `sweep` is None) of the runs its sweep file planned at the
+    last launch; `include_stale` adds runs of earlier versions (`RunState.stale`). SLURM: one sacct
+    call for the whole sweep; local: the manifest, process liveness and the run folders' files."""
     paths = existing_sweep(workdir, sweep)
     manifest = paths.store.load()
     if any(get_executor(s.executor).reconcile_on_status for s in manifest.intents()):
         _reconcile_if_idle(paths)
         manifest = paths.store.load()
-    return sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
+    states = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
+    return states if include_stale else [s for s in states if not s.stale]
 
 
 def _reconcile_if_idle(paths: SweepPaths) -> None:

@@ -41,10 +41,13 @@ def sweep_states(paths: SweepPaths, manifest: Manifest, *, driver_alive: bool) -
     executors = {sub.executor: get_executor(sub.executor) for sub, _ in filter(None, latest.values())}
     tasks = {name: executors[name].task_states(list(subs.values())) for name, subs in sorted(submitted.items())}
     now = time.time()
-    return [
+    states = [
         run_state(paths, manifest, run_id, entry, latest[run_id], executors, tasks, driver_alive, now)
         for run_id, entry in manifest.runs.items()
     ]
+    for state in states:
+        state.stale = not manifest.is_current(state.run_id)
+    return states
 
 
 def run_state(
