@@ -4,7 +4,7 @@ Exit codes: 0 ok, 1 runtime failure, 2 bad input (spec or arguments) with a one-
 Heavy imports (torch, mlflow, verl) happen inside the verbs that need them, so `validate` and
 `plan` stay fast.
 
-Length: one short function per verb (sixteen verbs) plus the shared options; splitting the verbs
+Length: one short function per verb (twenty verbs) plus the shared options; splitting the verbs
 across modules would hide the CLI's one screen of surface, so it stays one file.
 """
 
@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cancelctl.errors import SpecError
+from cancelctl.errors import ArgumentError, SpecError, SweepNotFound
 
 app = typer.Typer(
     add_completion=False,
@@ -28,6 +28,26 @@ app = typer.Typer(
     help="Run and compare group-based RL ablations (GRPO, GSPO, DFPO, ...) on SLURM or the CPU lab.",
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"cancelctl {version('cancelctl')}")
+        except PackageNotFoundError:
+            typer.echo("cancelctl (not installed: no version)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main_options(
+    show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Run and compare group-based RL ablations (GRPO, GSPO, DFPO, ...) on SLURM or the CPU lab."""
+
+
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print ratios against an in-run baseline.")
 app.add_typer(bench_app, name="bench")
 
@@ -162,7 +182,7 @@ def render(
     sweep = load_or_exit(path, allow_unmatched=True)
     match = [r for r in sweep.runs if run in (r.run_id, r.name)]
     if not match:
-        fail_input(SpecError(f"--run {run!r}: no such run in {path} (see `cancelctl plan {path}`)"))
+        fail_input(ArgumentError(f"--run {run!r}: no such run in {path} (see `cancelctl plan {path}`)"))
     target = match[0]
     if target.spec.backend == "verl":
         from cancelctl.backends.verl import format_command, render_command
@@ -222,7 +242,7 @@ def sweep(
 
     if executor is not None and executor not in executor_names():
         *first, last = executor_names()
-        fail_input(SpecError(f"--executor {executor!r}: expected {', '.join(first)} or {last}"))
+        fail_input(ArgumentError(f"--executor {executor!r}: expected {', '.join(first)} or {last}"))
     plan_ = load_or_exit(path, allow_unmatched)
     runner = get_executor(executor or plan_.runs[0].spec.executor)
     will_wait = (wait if wait is not None else runner.waits_by_default) and not dry_run
@@ -312,11 +332,11 @@ def watch_sweep(
     wd = workdir_path(workdir)
     name = sweep or latest_sweep(wd)
     if name is None:
-        fail_input(SpecError(f"no sweep has been run in {wd}"))
+        fail_input(SweepNotFound(f"no sweep has been run in {wd} yet (run `cancelctl sweep FILE` first)"))
     try:
         sweep_status(wd, name)  # an unknown sweep: one clear message, before any view
     except (SpecError, FileNotFoundError) as exc:
-        fail_input(exc if isinstance(exc, SpecError) else SpecError(str(exc)))
+        fail_input(exc if isinstance(exc, SpecError) else SweepNotFound(str(exc)))
     result = watch(lambda: sweep_status(wd, name), title=name, console=console, refresh_s=refresh)
     raise typer.Exit(1 if any(run.state == "failed" for run in result.view.runs) else 0)
 
@@ -333,7 +353,7 @@ def status(
     wd = workdir_path(workdir)
     name = sweep or latest_sweep(wd)
     if name is None:
-        fail_input(SpecError(f"no sweep has been run in {wd}"))
+        fail_input(SweepNotFound(f"no sweep has been run in {wd} yet (run `cancelctl sweep FILE` first)"))
     try:
         every = sweep_status(wd, name, include_stale=True)
     except SpecError as exc:
@@ -360,6 +380,80 @@ def cancel(sweep: str = typer.Argument(..., help="Sweep name."), workdir: Option
     console.print(f"{sweep}: cancelled {len(cancelled)} jobs" + (f" ({', '.join(cancelled)})" if cancelled else ""))
 
 
+@app.command("list")
+def list_(workdir: Optional[Path] = WorkdirOpt) -> None:
+    """Sweeps of the work dir, launched last first, with their runs counted by state."""
+    from cancelctl.launch.control import list_sweeps
+
+    wd = workdir_path(workdir)
+    listed = list_sweeps(wd)
+    if not listed:
+        console.print(f"no sweep has been run in {wd} yet (cancelctl sweep FILE)", highlight=False)
+        return
+    table = Table(title=f"{wd}: {len(listed)} sweep(s)", title_justify="left", box=None, pad_edge=False)
+    for col in ("sweep", "runs", "states", "file"):
+        table.add_column(col, no_wrap=col != "file")
+    for name, states, note in listed:
+        table.add_row(name, "?" if states is None else str(len(states)), "" if states is None else _counts(states), note)
+    console.print(table)
+
+
+@app.command()
+def logs(
+    run: str = typer.Argument(..., help="Run name, run id or a unique run-id prefix (as `status` shows them)."),
+    sweep: Optional[str] = typer.Option(None, "--sweep", "-s", help="Sweep name (default: the latest)."),
+    lines: int = typer.Option(20, "--lines", "-n", min=0, help="Lines of each file to show."),
+    workdir: Optional[Path] = WorkdirOpt,
+) -> None:
+    """One run's job stdout/stderr and error.txt: their paths and last lines."""
+    from cancelctl.launch.logs import run_logs
+
+    try:
+        found = run_logs(workdir_path(workdir), run, sweep, lines)
+    except SpecError as exc:
+        fail_input(exc)
+    s = found.state
+    console.print(f"{found.sweep} / {s.name} ({s.run_id}): {s.state}" + (f" — {s.reason}" if s.reason else ""), highlight=False)
+    if found.note:
+        console.print(found.note, style="dim", highlight=False)
+    for what, path, text in found.files:
+        console.print(f"[bold]{what}[/]: {path}" + ("" if text is not None else " (none)"), highlight=False)
+        for line in text or []:
+            console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command()
+def ui(
+    sweep: Optional[str] = typer.Argument(None, help="Sweep name (default: the latest)."),
+    port: int = typer.Option(5000, "--port", help="Port of the UI."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind (default loopback only)."),
+    open_: bool = typer.Option(False, "--open", help="Run the UI now (Ctrl-C stops it) instead of printing the command."),
+    workdir: Optional[Path] = WorkdirOpt,
+) -> None:
+    """The `mlflow ui` command for the sweep's tracking store, bound to 127.0.0.1 (--open runs it)."""
+    import subprocess
+
+    from cancelctl.ui import is_loopback, shown, sweep_store, ui_command
+
+    try:
+        uri = sweep_store(workdir_path(workdir), sweep)
+        argv = ui_command(uri, host, port)
+    except SpecError as exc:
+        fail_input(exc)
+    if argv is None:
+        console.print(f"the sweep logs to the tracking server {uri}: open it in a browser", highlight=False)
+        return
+    if not is_loopback(host):
+        err_console.print(f"[yellow]warning:[/] --host {host} serves the store beyond this machine", highlight=False)
+    console.print(shown(argv), highlight=False, soft_wrap=True)
+    if open_:
+        console.print(f"serving on http://{host}:{port} (Ctrl-C stops it)", highlight=False)
+        try:
+            raise typer.Exit(subprocess.call(argv))
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+
 # ---------------------------------------------------------------- results verbs
 
 
@@ -379,6 +473,9 @@ def report(
     include_stopped: bool = typer.Option(
         False, "--include-stopped", help="Use runs a monitor rule stopped in the compute-matched tables (left out by default)."
     ),
+    include_unfinished: bool = typer.Option(
+        False, "--include-unfinished", help="Use runs that have not FINISHED (running, failed, killed) as they are."
+    ),
     workdir: Optional[Path] = WorkdirOpt,
 ) -> None:
     """Compute-matched comparison tables, bootstrap CIs, paired tests, Compute@Reward, Jitter2, claims' verdicts, plots."""
@@ -388,11 +485,19 @@ def report(
         result = report_sweep(
             workdir_path(workdir), sweep, baseline=baseline, threshold=threshold, compute=compute, metric=metric,
             out=out, allow_unmatched=allow_unmatched, uri=uri, console=console, claims_only=claims_only,
-            include_stopped=include_stopped,
+            include_stopped=include_stopped, include_unfinished=include_unfinished,
         )
     except SpecError as exc:
         fail_input(exc)
     console.print(f"report written to {result.out_dir}/ (report.md, report.html, tables/, plots/)", highlight=False)
+    if result.still_running:
+        names = ", ".join(result.still_running[:8]) + (" ..." if len(result.still_running) > 8 else "")
+        err_console.print(
+            f"[bold yellow]warning: incomplete report:[/] {len(result.still_running)} run(s) still running were left out "
+            f"({names}); report again when they have ended, or pass --include-unfinished to use them as they are",
+            highlight=False,
+        )
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -429,7 +534,7 @@ def bench_losses(
     try:
         result = run_loss_benchmark(device, rows, tokens, group, repeats, include_verl=verl)
     except ValueError as exc:
-        fail_input(SpecError(str(exc)))
+        fail_input(ArgumentError(str(exc)))
     console.print(loss_benchmark_table(result, title=f"losses: {rows} rows x {tokens} tokens, G={group}, {device}"))
     missed = [r["name"] for r in result if r["ok"] is False]
     console.print("all targets met" if not missed else f"[bold red]targets missed:[/] {', '.join(missed)}")

@@ -17,11 +17,13 @@ A run's folder is found by its run id: a folder named by bare hash (older work d
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from cancelctl.errors import ArgumentError, SweepNotFound
 from cancelctl.fileio import read_json
 from cancelctl.manifest import ManifestStore
 
@@ -116,6 +118,28 @@ class RunFolder:
     def stopped_prev(self) -> Path:
         return self.path / STOPPED_PREV_JSON
 
+    def metrics_damage(self) -> str | None:
+        """Why metrics.jsonl cannot be trusted whole, or None: its last line is cut short (a write
+        interrupted by a full disk or a crash, a copy cut off) — the points after the last complete
+        line are lost, which a reader must say instead of reporting a shorter run."""
+        try:
+            with open(self.metrics, "rb") as handle:
+                size = handle.seek(0, 2)
+                if size == 0:
+                    return None
+                handle.seek(max(0, size - 65536))
+                tail = handle.read()
+        except OSError:
+            return None
+        if tail.endswith(b"\n"):
+            return None
+        complete = tail.rpartition(b"\n")[0].rpartition(b"\n")[2]
+        try:
+            after = f"after step {int(json.loads(complete)['step'])}"
+        except (ValueError, KeyError, TypeError):
+            after = "in its first line"
+        return f"{self.metrics} is truncated {after} (its last line is cut short at byte {size}): later points are lost"
+
     @property
     def sweep_manifest(self) -> Path:
         """The manifest of the sweep this folder belongs to (runs/<folder> -> <sweep>/manifest.json)."""
@@ -194,15 +218,38 @@ def _scan(runs_dir: Path) -> dict[str, str]:
     return {entry.rpartition(ID_SEPARATOR)[2]: entry for entry in entries if ID_SEPARATOR in entry}
 
 
+# a sweep's name, as the sweep file's `name:` allows it: one path component
+SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def check_name(name: str, what: str = "sweep name", pattern: re.Pattern[str] | None = None) -> str:
+    """`name` if it is one path component (no `/` or `\\`, not `.`/`..`, no `..`, no leading dot or
+    dash, no control characters) matching `pattern`; the one check every verb's sweep and run names
+    go through, so none reads or writes outside the work dir or results/. ArgumentError (exit 2)."""
+    ok = (
+        isinstance(name, str) and 0 < len(name) <= 200 and name[0] not in ".-" and ".." not in name
+        and not any(c in name for c in "/\\") and name.isprintable() and (pattern is None or pattern.match(name))
+    )
+    if not ok:
+        allowed = "letters, digits, '_', '.', '-'" if pattern is SWEEP_NAME else "no '/', no '..', no leading '.'"
+        raise ArgumentError(f"{what} {name!r}: must be one path component ({allowed}), as `cancelctl plan` shows it")
+    return name
+
+
+def check_sweep_name(name: str) -> str:
+    """`name` if it is a sweep name (the sweep file's `name:`, one path component)."""
+    return check_name(name, "sweep name", SWEEP_NAME)
+
+
 def sweep_paths(workdir: Path, sweep: str) -> SweepPaths:
-    return SweepPaths(Path(workdir).resolve(), sweep)
+    return SweepPaths(Path(workdir).resolve(), check_sweep_name(sweep))
 
 
 def known_sweeps(workdir: Path) -> list[str]:
     root = Path(workdir) / SWEEPS
     if not root.is_dir():
         return []
-    return sorted(p.parent.name for p in root.glob(f"*/{MANIFEST_JSON}"))
+    return sorted(p.parent.name for p in root.glob(f"*/{MANIFEST_JSON}") if SWEEP_NAME.match(p.parent.name))
 
 
 def latest_sweep(workdir: Path) -> str | None:
@@ -220,13 +267,17 @@ def latest_sweep(workdir: Path) -> str | None:
 
 
 def existing_sweep(workdir: Path, sweep: str | None) -> SweepPaths:
-    """Paths of `sweep` (the latest when None); FileNotFoundError when there is no such sweep."""
+    """Paths of `sweep` (the latest when None); SweepNotFound (a FileNotFoundError, exit 2) when no
+    sweep of that name has been run in `workdir`."""
     name = sweep or latest_sweep(workdir)
     if name is None:
-        raise FileNotFoundError(f"no sweep has been launched in {Path(workdir).resolve()}")
+        raise SweepNotFound(f"no sweep has been run in {Path(workdir).resolve()} yet (run `cancelctl sweep FILE` first)")
     paths = sweep_paths(workdir, name)
-    if not paths.store.exists():
-        raise FileNotFoundError(f"no sweep {name!r} in {paths.workdir} (known: {', '.join(known_sweeps(workdir)) or 'none'})")
+    if not paths.store.exists() and not paths.runs_dir.is_dir():
+        raise SweepNotFound(
+            f"sweep {name!r} has not been run in {paths.workdir} (known: {', '.join(known_sweeps(workdir)) or 'none'}); "
+            "run `cancelctl sweep FILE` first, or pass --workdir"
+        )
     return paths
 
 

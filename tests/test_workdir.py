@@ -56,7 +56,7 @@ def test_run_folder_names_every_file_of_a_run(tmp_path):
 
 def test_latest_sweep_is_the_one_launched_last(tmp_path):
     assert latest_sweep(tmp_path) is None
-    with pytest.raises(FileNotFoundError, match="no sweep has been launched"):
+    with pytest.raises(FileNotFoundError, match="no sweep has been run"):
         existing_sweep(tmp_path, None)
     now = time.time()
     for name, launched in (("b", now - 10), ("a", now), ("c", None)):

@@ -45,6 +45,22 @@ def sweep_status(workdir: Path, sweep: str | None = None, *, include_stale: bool
     return states if include_stale else [s for s in states if not s.stale]
 
 
+def list_sweeps(workdir: Path) -> list[tuple[str, list[RunState] | None, str]]:
+    """(sweep, states of its current runs or None, note) for every sweep of `workdir`, launched last first;
+    a sweep whose state cannot be read says why in the note instead of stopping the listing."""
+    from cancelctl.workdir import known_sweeps, sweep_paths
+
+    listed = []
+    for name in known_sweeps(workdir):
+        try:
+            manifest = sweep_paths(workdir, name).store.load()
+            states, note, stamp = sweep_status(workdir, name), manifest.file or "", manifest.launched_at or manifest.created_at
+        except Exception as exc:  # noqa: BLE001 - one broken sweep must not hide the others
+            states, note, stamp = None, f"unreadable: {exc}", 0.0
+        listed.append((stamp, name, states, note))
+    return [(name, states, note) for _, name, states, note in sorted(listed, key=lambda t: -t[0])]
+
+
 def _reconcile_if_idle(paths: SweepPaths) -> None:
     """A killed launcher's scheduler intents get resolved by status too, unless a launcher is busy."""
     try:
@@ -150,4 +166,4 @@ def settle_tracking(states: list[RunState]) -> None:
             log.warning("run %s: could not mark its MLflow run %s (%s)", state.run_id, status, exc)
 
 
-__all__ = ["cancel_sweep", "latest_sweep", "reconcile", "settle_tracking", "sweep_status", "wait_for_sweep"]
+__all__ = ["cancel_sweep", "latest_sweep", "list_sweeps", "reconcile", "settle_tracking", "sweep_status", "wait_for_sweep"]

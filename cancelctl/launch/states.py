@@ -83,6 +83,9 @@ def run_state(
     )
     if state.state in (COMPLETED, STOPPED) and not requeued:
         state.step = last_step(run_dir)
+        damage = folder.metrics_damage()
+        if damage:
+            state.reason = "; ".join(filter(None, [state.reason, damage]))
         return state
     state.state = UNSUBMITTED
     if entry.queued_at is not None:
