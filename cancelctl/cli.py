@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cancelctl.errors import ArgumentError, SpecError, SweepNotFound
+from cancelctl.errors import ArgumentError, SpecError, SweepNotFound, WorkdirStateError
 
 app = typer.Typer(
     add_completion=False,
@@ -74,13 +74,21 @@ def fail_input(exc: SpecError, file: str | None = None) -> None:
     raise typer.Exit(2)
 
 
+def fail(exc: Exception) -> None:
+    """Bad input (SpecError): exit 2; a work dir that cannot be read or written: exit 1, one screen."""
+    if isinstance(exc, SpecError):
+        fail_input(exc)
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
 def load_or_exit(path: Path, allow_unmatched: bool = False):
     from cancelctl.plan import load_sweep
 
     try:
         return load_sweep(path, allow_unmatched=allow_unmatched)
-    except SpecError as exc:
-        fail_input(exc)
+    except (SpecError, WorkdirStateError) as exc:
+        fail(exc)
 
 
 # ---------------------------------------------------------------- spec verbs
@@ -189,8 +197,8 @@ def render(
 
         try:
             typer.echo(format_command(render_command(target)))
-        except SpecError as exc:
-            fail_input(exc)
+        except (SpecError, WorkdirStateError) as exc:
+            fail(exc)
     else:
         typer.echo(json.dumps(target.to_json(), indent=2))
 
@@ -256,8 +264,8 @@ def sweep(
                           + (["--executor", executor] if executor else []))
         err_console.print(interrupted_message(exc, plan_.name, resume), highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code if isinstance(exc, Interrupted) else 130) from None
-    except SpecError as exc:
-        fail_input(exc)
+    except (SpecError, WorkdirStateError) as exc:
+        fail(exc)
     except SchedulerError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(1)
@@ -335,8 +343,10 @@ def watch_sweep(
         fail_input(SweepNotFound(f"no sweep has been run in {wd} yet (run `cancelctl sweep FILE` first)"))
     try:
         sweep_status(wd, name)  # an unknown sweep: one clear message, before any view
-    except (SpecError, FileNotFoundError) as exc:
-        fail_input(exc if isinstance(exc, SpecError) else SweepNotFound(str(exc)))
+    except (SpecError, WorkdirStateError) as exc:
+        fail(exc)
+    except FileNotFoundError as exc:
+        fail_input(SweepNotFound(str(exc)))
     result = watch(lambda: sweep_status(wd, name), title=name, console=console, refresh_s=refresh)
     raise typer.Exit(1 if any(run.state == "failed" for run in result.view.runs) else 0)
 
@@ -356,8 +366,8 @@ def status(
         fail_input(SweepNotFound(f"no sweep has been run in {wd} yet (run `cancelctl sweep FILE` first)"))
     try:
         every = sweep_status(wd, name, include_stale=True)
-    except SpecError as exc:
-        fail_input(exc)
+    except (SpecError, WorkdirStateError) as exc:
+        fail(exc)
     states, stale = [s for s in every if not s.stale], [s for s in every if s.stale]
     if as_json:
         typer.echo(json.dumps([s.to_json() for s in every], indent=2, default=str))
@@ -375,8 +385,8 @@ def cancel(sweep: str = typer.Argument(..., help="Sweep name."), workdir: Option
 
     try:
         cancelled = cancel_sweep(workdir_path(workdir), sweep)
-    except SpecError as exc:
-        fail_input(exc)
+    except (SpecError, WorkdirStateError) as exc:
+        fail(exc)
     console.print(f"{sweep}: cancelled {len(cancelled)} jobs" + (f" ({', '.join(cancelled)})" if cancelled else ""))
 
 
@@ -410,8 +420,8 @@ def logs(
 
     try:
         found = run_logs(workdir_path(workdir), run, sweep, lines)
-    except SpecError as exc:
-        fail_input(exc)
+    except (SpecError, WorkdirStateError) as exc:
+        fail(exc)
     s = found.state
     console.print(f"{found.sweep} / {s.name} ({s.run_id}): {s.state}" + (f" — {s.reason}" if s.reason else ""), highlight=False)
     if found.note:
@@ -438,8 +448,8 @@ def ui(
     try:
         uri = sweep_store(workdir_path(workdir), sweep)
         argv = ui_command(uri, host, port)
-    except SpecError as exc:
-        fail_input(exc)
+    except (SpecError, WorkdirStateError) as exc:
+        fail(exc)
     if argv is None:
         console.print(f"the sweep logs to the tracking server {uri}: open it in a browser", highlight=False)
         return
@@ -487,8 +497,8 @@ def report(
             out=out, allow_unmatched=allow_unmatched, uri=uri, console=console, claims_only=claims_only,
             include_stopped=include_stopped, include_unfinished=include_unfinished,
         )
-    except SpecError as exc:
-        fail_input(exc)
+    except (SpecError, WorkdirStateError) as exc:
+        fail(exc)
     console.print(f"report written to {result.out_dir}/ (report.md, report.html, tables/, plots/)", highlight=False)
     if result.still_running:
         names = ", ".join(result.still_running[:8]) + (" ..." if len(result.still_running) > 8 else "")
@@ -547,6 +557,9 @@ def main() -> None:  # console script
         err_console.print(f"[bold red]error:[/] {exc.title}", highlight=False)
         err_console.print(exc.render(), highlight=False, markup=False)
         sys.exit(2)
+    except WorkdirStateError as exc:  # a work dir file unreadable or unwritable, wherever it was met
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

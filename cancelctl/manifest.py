@@ -32,15 +32,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cancelctl import fileio
+from cancelctl.errors import WorkdirStateError
 from cancelctl.fileio import LockBusy, atomic_write_json
+
+log = logging.getLogger("cancelctl.launch")
 
 MANIFEST_VERSION = 1
 LOCK_TIMEOUT_S = 60.0
@@ -157,6 +162,18 @@ class Manifest:
         return cls(runs=runs, submissions=subs, **fields)
 
 
+class ManifestDamaged(WorkdirStateError, ValueError):
+    """The manifest file exists but cannot be read (truncated, empty, not a manifest), and there are
+    no run folders to rebuild it from: the message names the file, the cause and the way out."""
+
+    def __init__(self, path: Path, cause: str):
+        self.path, self.cause = Path(path), cause
+        super().__init__(
+            f"{path}: unreadable sweep manifest ({cause}) and no run folders to rebuild it from; move it aside "
+            f"(mv {path} {path}.bad) and run `cancelctl sweep FILE` again: nothing had run yet"
+        )
+
+
 # a sweep lock held for longer than the timeout (an alias: the launcher and `cancel` catch it by this name)
 ManifestBusy = LockBusy
 
@@ -169,23 +186,91 @@ def file_lock(
 
 
 class ManifestStore:
-    """A sweep's manifest file and its lock."""
+    """A sweep's manifest file and its lock.
 
-    def __init__(self, path: Path):
+    `recover` (given by `SweepPaths.store`) rebuilds a manifest from the sweep's run folders, or
+    returns None when there are none: a manifest found truncated, empty or not a manifest is then
+    moved aside (`manifest.json.damaged-<time>`) and replaced by the rebuilt one, with a warning;
+    a deleted one is rebuilt the same way. What the rebuild cannot know (job ids of runs still in a
+    scheduler's queue) the next `cancelctl sweep FILE` submits again; finished runs stay finished."""
+
+    def __init__(self, path: Path, recover: Callable[[], Manifest | None] | None = None):
         self.path = Path(path)
         self.lock_path = self.path.with_name("manifest.lock")
+        self.recover = recover
 
     def exists(self) -> bool:
-        return self.path.is_file()
+        return self.path.is_file() or (self.recover is not None and self._rebuilt() is not None)
 
     def load(self) -> Manifest:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return self._read()
+        except FileNotFoundError:
+            rebuilt = self._rebuilt()
+            if rebuilt is None:
+                raise FileNotFoundError(f"no sweep manifest at {self.path}") from None
+            problem = "is missing"
+        except ManifestDamaged as exc:
+            rebuilt = self._rebuilt()
+            if rebuilt is None:
+                raise
+            problem = f"was unreadable ({exc.cause})"
+        with file_lock(self.lock_path, what="sweep manifest"):
+            try:  # another process may have repaired it meanwhile
+                return self._read()
+            except (FileNotFoundError, ManifestDamaged):
+                pass
+            aside = None
+            if self.path.exists():
+                aside = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
+                os.replace(self.path, aside)
+            self.save(rebuilt)
+        log.warning("%s %s: rebuilt from the run folders (%d runs)%s", self.path, problem, len(rebuilt.runs),
+                    f"; the damaged file is kept as {aside.name}" if aside else "")
+        return rebuilt
+
+    def peek(self) -> Manifest | None:
+        """The manifest, or the one the run folders give (None: neither), writing nothing (dry runs)."""
+        try:
+            return self._read()
+        except FileNotFoundError:
+            return self._rebuilt()
+        except ManifestDamaged:
+            return self._rebuilt()  # None: nothing had run, a launch starts afresh
+
+    def _load_locked(self) -> Manifest:
+        """`load` for a caller that holds the lock already (the rebuild takes it otherwise)."""
+        try:
+            return self._read()
+        except (FileNotFoundError, ManifestDamaged) as exc:
+            rebuilt = self._rebuilt()
+            if rebuilt is None:
+                raise
+            if self.path.exists():
+                os.replace(self.path, self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}"))
+            log.warning("%s %s: rebuilt from the run folders (%d runs)", self.path,
+                        "is missing" if isinstance(exc, FileNotFoundError) else f"was unreadable ({exc.cause})",
+                        len(rebuilt.runs))
+            return rebuilt
+
+    def _read(self) -> Manifest:
+        try:
+            text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise FileNotFoundError(f"no sweep manifest at {self.path}") from None
-        except ValueError as exc:
-            raise ValueError(f"{self.path}: unreadable manifest ({exc})") from None
-        return Manifest.from_json(data)
+        except UnicodeDecodeError as exc:
+            raise ManifestDamaged(self.path, f"not UTF-8 text: {exc.reason}") from None
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise ValueError(f"a JSON {type(data).__name__}, not an object")
+            return Manifest.from_json(data)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            cause = "empty file" if not text.strip() else f"{type(exc).__name__}: {exc}"
+            raise ManifestDamaged(self.path, cause) from None
+
+    def _rebuilt(self) -> Manifest | None:
+        return self.recover() if self.recover is not None else None
 
     def save(self, manifest: Manifest) -> None:
         atomic_write_json(self.path, manifest.to_json())
@@ -195,8 +280,17 @@ class ManifestStore:
         """Locked read-modify-write: yields the current manifest (or `create` if there is none yet)
         and saves it when the block exits without an exception."""
         with file_lock(self.lock_path, what="sweep manifest"):
-            if self.exists():
-                manifest = self.load()
+            if self.path.is_file() or self._rebuilt() is not None:
+                try:
+                    manifest = self._load_locked()
+                except ManifestDamaged as exc:
+                    if create is None:
+                        raise
+                    aside = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
+                    os.replace(self.path, aside)  # nothing had run (no run folders): start afresh
+                    log.warning("%s was unreadable (%s) and no run had started: kept as %s, starting afresh",
+                                self.path, exc.cause, aside.name)
+                    manifest = create
             elif create is not None:
                 manifest = create
             else:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cancelctl.errors import ArgumentError, SweepNotFound
 from cancelctl.fileio import read_json
-from cancelctl.manifest import ManifestStore
+from cancelctl.manifest import Manifest, ManifestStore, RunEntry
 
 SWEEPS = "sweeps"
 RUNS = "runs"
@@ -161,7 +161,7 @@ class SweepPaths:
 
     @property
     def store(self) -> ManifestStore:
-        return ManifestStore(self.manifest)
+        return ManifestStore(self.manifest, recover=lambda: rebuild_manifest(self))
 
     @property
     def submit_lock(self) -> Path:
@@ -249,7 +249,8 @@ def known_sweeps(workdir: Path) -> list[str]:
     root = Path(workdir) / SWEEPS
     if not root.is_dir():
         return []
-    return sorted(p.parent.name for p in root.glob(f"*/{MANIFEST_JSON}") if SWEEP_NAME.match(p.parent.name))
+    found = {p.parent.name for pattern in (f"*/{MANIFEST_JSON}", f"*/{RUNS}") for p in root.glob(pattern)}
+    return sorted(name for name in found if SWEEP_NAME.match(name))  # a lost manifest: its run folders remain
 
 
 def latest_sweep(workdir: Path) -> str | None:
@@ -291,3 +292,30 @@ def sweep_run_folders(workdir: Path, sweep: str) -> list[tuple[dict, RunFolder]]
     runs_dir = sweep_paths(workdir, sweep).runs_dir
     found = ((read_json(path), RunFolder(path.parent)) for path in sorted(runs_dir.glob(f"*/{RUN_JSON}")))
     return [(record, folder) for record, folder in found if isinstance(record, dict)]
+
+
+def rebuild_manifest(paths: SweepPaths) -> Manifest | None:
+    """A manifest rebuilt from the sweep's run folders (run.json), for a manifest lost or damaged;
+    None when there are no run folders. Runs keep their folders, so a finished run stays finished
+    (result.json) and an interrupted one resumes from its checkpoint; submissions (job ids) are
+    not in the run folders: a run without a result is submitted again by the next launch."""
+    runs: dict[str, RunEntry] = {}
+    executors: set[str] = set()
+    stamp = None
+    for record, folder in sweep_run_folders(paths.workdir, paths.sweep):
+        run = record.get("run") if isinstance(record.get("run"), dict) else {}
+        run_id, name = record.get("run_id") or run.get("run_id"), record.get("name") or run.get("name")
+        if not run_id or not name:
+            continue
+        spec = run.get("spec") or {}
+        runs[run_id] = RunEntry(name, str(run.get("arm", "")), int(run.get("seed", 0)), str(run.get("group", "")),
+                                steps=(spec.get("budget") or {}).get("steps"))
+        executors.add(str(spec.get("executor") or "local"))
+        try:
+            mtime = folder.run_json.stat().st_mtime
+        except OSError:
+            continue
+        stamp = mtime if stamp is None else min(stamp, mtime)
+    if not runs:
+        return None
+    return Manifest(sweep=paths.sweep, executor=sorted(executors)[0], created_at=stamp or 0.0, runs=runs)

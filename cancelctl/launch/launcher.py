@@ -211,8 +211,8 @@ def _dry_run(paths: SweepPaths, sweep: Sweep, runner: Executor, plan, retry_fail
              retry_stopped: bool = False) -> LaunchResult:
     """What a launch would submit; writes nothing, submits nothing, asks the scheduler only for states."""
     states: dict[str, RunState] = {}
-    if paths.store.exists():
-        manifest = paths.store.load()
+    manifest = paths.store.peek()  # as a launch would see it, a lost manifest rebuilt from the run folders
+    if manifest is not None:
         states = {s.run_id: s for s in sweep_states(paths, manifest, driver_alive=driver_alive(manifest))}
     for run in sweep.runs:
         states.setdefault(run.run_id, RunState(run.run_id, run.name, run.arm, run.seed, UNSUBMITTED, steps=run.spec.budget.steps))

@@ -99,7 +99,9 @@ def sweep_baseline(workdir: Path, sweep: str) -> str:
     if manifest is None or not manifest.baseline:
         arms = sorted({entry.arm for entry in manifest.runs.values()}) if manifest is not None else []
         known = f" (arms: {', '.join(arms)})" if arms else ""
-        raise SpecError(f"sweep {sweep!r} names no baseline arm: pass --baseline ARM{known}", title="cannot build the report")
+        rebuilt = manifest is not None and not manifest.file  # rebuilt from the run folders: no sweep file known
+        hint = "; or run `cancelctl sweep FILE` once (it reruns nothing finished) to record the file's baseline" if rebuilt else ""
+        raise SpecError(f"sweep {sweep!r} names no baseline arm: pass --baseline ARM{known}{hint}", title="cannot build the report")
     return manifest.baseline
 
 
