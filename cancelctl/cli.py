@@ -137,6 +137,8 @@ def plan(
                 "group": r.group,
                 "backend": r.spec.backend,
                 "executor": r.spec.executor,
+                "clip_low": r.spec.algorithm.clip_low,
+                "clip_high": r.spec.algorithm.clip_high,
                 **{f"planned_{k}": v for k, v in r.planned_compute().items()},
             }
             for r in sweep.runs
@@ -145,7 +147,7 @@ def plan(
         return
     axes = list(sweep.runs[0].axes) if sweep.runs else []
     table = Table(title=f"{sweep.name}: {len(sweep.runs)} runs", title_justify="left", box=None, pad_edge=False)
-    for col in ["name", "arm", *(a.rsplit(".", 1)[-1] for a in axes), "seed", "run_id", "backend", "executor"]:
+    for col in ["name", "arm", *(a.rsplit(".", 1)[-1] for a in axes), "seed", "run_id", "backend", "executor", "loss", "clip"]:
         table.add_column(col, no_wrap=True)
     table.add_column("gen tokens", no_wrap=True, justify="right")
     table.add_column("updates", no_wrap=True, justify="right")
@@ -153,6 +155,7 @@ def plan(
         c = r.planned_compute()
         table.add_row(
             r.name, r.arm, *[str(r.axes[a]) for a in axes], str(r.seed), r.run_id, r.spec.backend, r.spec.executor,
+            r.spec.algorithm.loss, f"{r.spec.algorithm.clip_low:g}/{r.spec.algorithm.clip_high:g}",
             _si(c["gen_tokens"]), f"{c['update_steps']:,}",
         )
     console.print(table)

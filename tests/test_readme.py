@@ -202,3 +202,9 @@ def test_slurm_examples(tmp_path, monkeypatch):
     assert result.exit_code == 0 and "cancelled" in result.output
     squeue = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
     assert "lab-demo" not in squeue
+
+
+def test_readme_documents_every_lab_field():
+    from cancelctl.schema import lab_fields_markdown
+
+    assert lab_fields_markdown() in README
