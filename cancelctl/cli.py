@@ -78,7 +78,11 @@ def fail(exc: Exception) -> None:
     """Bad input (SpecError): exit 2; a work dir that cannot be read or written: exit 1, one screen."""
     if isinstance(exc, SpecError):
         fail_input(exc)
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    if isinstance(exc, OSError):
+        from cancelctl.workdir import os_error_message
+
+        exc = os_error_message(exc)
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -87,7 +91,7 @@ def load_or_exit(path: Path, allow_unmatched: bool = False):
 
     try:
         return load_sweep(path, allow_unmatched=allow_unmatched)
-    except (SpecError, WorkdirStateError) as exc:
+    except (SpecError, WorkdirStateError, OSError) as exc:
         fail(exc)
 
 
@@ -200,7 +204,7 @@ def render(
 
         try:
             typer.echo(format_command(render_command(target)))
-        except (SpecError, WorkdirStateError) as exc:
+        except (SpecError, WorkdirStateError, OSError) as exc:
             fail(exc)
     else:
         typer.echo(json.dumps(target.to_json(), indent=2))
@@ -267,7 +271,7 @@ def sweep(
                           + (["--executor", executor] if executor else []))
         err_console.print(interrupted_message(exc, plan_.name, resume), highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code if isinstance(exc, Interrupted) else 130) from None
-    except (SpecError, WorkdirStateError) as exc:
+    except (SpecError, WorkdirStateError, OSError) as exc:
         fail(exc)
     except SchedulerError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
@@ -346,7 +350,7 @@ def watch_sweep(
         fail_input(SweepNotFound(f"no sweep has been run in {wd} yet (run `cancelctl sweep FILE` first)"))
     try:
         sweep_status(wd, name)  # an unknown sweep: one clear message, before any view
-    except (SpecError, WorkdirStateError) as exc:
+    except (SpecError, WorkdirStateError, OSError) as exc:
         fail(exc)
     except FileNotFoundError as exc:
         fail_input(SweepNotFound(str(exc)))
@@ -369,7 +373,7 @@ def status(
         fail_input(SweepNotFound(f"no sweep has been run in {wd} yet (run `cancelctl sweep FILE` first)"))
     try:
         every = sweep_status(wd, name, include_stale=True)
-    except (SpecError, WorkdirStateError) as exc:
+    except (SpecError, WorkdirStateError, OSError) as exc:
         fail(exc)
     states, stale = [s for s in every if not s.stale], [s for s in every if s.stale]
     if as_json:
@@ -388,7 +392,7 @@ def cancel(sweep: str = typer.Argument(..., help="Sweep name."), workdir: Option
 
     try:
         cancelled = cancel_sweep(workdir_path(workdir), sweep)
-    except (SpecError, WorkdirStateError) as exc:
+    except (SpecError, WorkdirStateError, OSError) as exc:
         fail(exc)
     console.print(f"{sweep}: cancelled {len(cancelled)} jobs" + (f" ({', '.join(cancelled)})" if cancelled else ""))
 
@@ -423,7 +427,7 @@ def logs(
 
     try:
         found = run_logs(workdir_path(workdir), run, sweep, lines)
-    except (SpecError, WorkdirStateError) as exc:
+    except (SpecError, WorkdirStateError, OSError) as exc:
         fail(exc)
     s = found.state
     console.print(f"{found.sweep} / {s.name} ({s.run_id}): {s.state}" + (f" — {s.reason}" if s.reason else ""), highlight=False)
@@ -451,7 +455,7 @@ def ui(
     try:
         uri = sweep_store(workdir_path(workdir), sweep)
         argv = ui_command(uri, host, port)
-    except (SpecError, WorkdirStateError) as exc:
+    except (SpecError, WorkdirStateError, OSError) as exc:
         fail(exc)
     if argv is None:
         console.print(f"the sweep logs to the tracking server {uri}: open it in a browser", highlight=False)
@@ -500,7 +504,7 @@ def report(
             out=out, allow_unmatched=allow_unmatched, uri=uri, console=console, claims_only=claims_only,
             include_stopped=include_stopped, include_unfinished=include_unfinished,
         )
-    except (SpecError, WorkdirStateError) as exc:
+    except (SpecError, WorkdirStateError, OSError) as exc:
         fail(exc)
     console.print(f"report written to {result.out_dir}/ (report.md, report.html, tables/, plots/)", highlight=False)
     if result.still_running:
@@ -560,8 +564,11 @@ def main() -> None:  # console script
         err_console.print(f"[bold red]error:[/] {exc.title}", highlight=False)
         err_console.print(exc.render(), highlight=False, markup=False)
         sys.exit(2)
-    except WorkdirStateError as exc:  # a work dir file unreadable or unwritable, wherever it was met
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=False, soft_wrap=True)
+    except (WorkdirStateError, OSError) as exc:  # a work dir file unreadable or unwritable, wherever it was met
+        from cancelctl.workdir import os_error_message
+
+        err_console.print(f"error: {os_error_message(exc) if isinstance(exc, OSError) else exc}", highlight=False,
+                          markup=False, soft_wrap=True)
         sys.exit(1)
 
 

@@ -16,6 +16,7 @@ A run's folder is found by its run id: a folder named by bare hash (older work d
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -117,6 +118,22 @@ class RunFolder:
     @property
     def stopped_prev(self) -> Path:
         return self.path / STOPPED_PREV_JSON
+
+    def last_step(self) -> int | None:
+        """The step of the last complete line of metrics.jsonl (reads only the file's tail)."""
+        try:
+            with open(self.metrics, "rb") as handle:
+                size = handle.seek(0, 2)
+                handle.seek(max(0, size - 8192))
+                tail = handle.read()
+        except OSError:
+            return None
+        for raw in reversed(tail.split(b"\n")):
+            try:
+                return int(json.loads(raw)["step"])
+            except (ValueError, KeyError, TypeError):
+                continue
+        return None
 
     def metrics_damage(self) -> str | None:
         """Why metrics.jsonl cannot be trusted whole, or None: its last line is cut short (a write
@@ -319,3 +336,20 @@ def rebuild_manifest(paths: SweepPaths) -> Manifest | None:
     if not runs:
         return None
     return Manifest(sweep=paths.sweep, executor=sorted(executors)[0], created_at=stamp or 0.0, runs=runs)
+
+
+_OS_ERROR_HINTS = {
+    errno.ENOSPC: "free space there (or pass --workdir elsewhere), then rerun; runs that failed on it resume with --retry-failed",
+    errno.EDQUOT: "your disk quota is used up: free space (or pass --workdir elsewhere), then rerun with --retry-failed",
+    errno.EROFS: "the file system is read-only: pass --workdir (or set $CANCELCTL_WORKDIR) to a writable place",
+    errno.EACCES: "no permission to write there: fix its permissions or pass --workdir elsewhere",
+    errno.EPERM: "no permission to write there: fix its permissions or pass --workdir elsewhere",
+}
+
+
+def os_error_message(exc: OSError) -> str:
+    """One screen for an OS error met on the work dir: the cause, the path, what to do."""
+    cause = exc.strerror or type(exc).__name__
+    where = f": {exc.filename}" if exc.filename else ""
+    hint = _OS_ERROR_HINTS.get(exc.errno or -1)
+    return f"{cause}{where}" + (f" — {hint}" if hint else "")

@@ -447,3 +447,78 @@ def test_a_closed_terminal_interrupts_the_sweep_and_a_plain_rerun_completes_it(t
     assert "failed" not in {s.state for s in states}, [(s.name, s.state, s.reason) for s in states]
     rerun = launch_sweep(sweep, workdir=workdir, executor="local")
     assert [s.state for s in rerun.states] == ["completed"] * 2 and rerun.ok
+
+
+# ---------------------------------------------------------------------------------- a full or read-only disk
+
+
+def test_a_full_disk_fails_the_run_with_its_cause_and_a_retry_logs_no_step_twice(tmp_path, workdir, monkeypatch):
+    """ENOSPC in the checkpoint write after steps 5-6 were logged (and in error.txt's own write): the
+    run fails with "No space left on device: <path>" as its reason; once space returns,
+    --retry-failed resumes from step 4 and metrics.jsonl and MLflow hold every step once."""
+    import errno
+    import pathlib
+
+    from mlflow import MlflowClient
+
+    from cancelctl.backends.lab import checkpoint
+    from cancelctl.tracking import default_tracking_uri
+
+    base = {"lab": {**TINY_LAB, "checkpoint_every": 4}}
+    sweep = load_sweep(write_sweep(tmp_path, "full", arms={"grpo": {"algorithm": {"loss": "grpo"}}}, seeds=(0,),
+                                   steps=6, base=base))
+    (run,) = sweep.runs
+    save, write_text = checkpoint.save, pathlib.Path.write_text
+
+    def full_disk_save(run_dir, state):
+        if state["progress"]["step"] >= 6:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(run_dir) / "checkpoint.pt"))
+        return save(run_dir, state)
+
+    def full_disk_write_text(self, *args, **kwargs):
+        if self.name == "error.txt":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "save", full_disk_save)
+    monkeypatch.setattr(pathlib.Path, "write_text", full_disk_write_text)
+    first = launch_sweep(sweep, workdir=workdir, executor="debug")
+    run_dir = sweep_paths(workdir, sweep.name).run_dir(run.run_id)
+    cause = f"No space left on device: {run_dir / 'checkpoint.pt'}"
+    assert first.failed == [run.run_id] and cause in first.errors[run.run_id], first.errors
+    (state,) = sweep_status(workdir, sweep.name)
+    assert state.state == "failed" and cause in state.reason and "killed" not in state.reason
+
+    monkeypatch.undo()  # space returns
+    retry = launch_sweep(sweep, workdir=workdir, executor="debug", retry_failed=True)
+    assert retry.ok and [s.state for s in retry.states] == ["completed"]
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert sorted(steps) == list(range(7)), steps
+    record = json.loads((run_dir / "run.json").read_text())
+    history = MlflowClient(default_tracking_uri(workdir)).get_metric_history(record["mlflow_run_id"], "actor/pg_loss")
+    assert sorted(m.step for m in history) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_read_only_work_dir_is_one_screen_naming_path_and_cause(tmp_path, monkeypatch):
+    """EROFS (as root, chmod stops nothing: the error is injected) on the first write of a sweep."""
+    import errno
+    import pathlib
+
+    from typer.testing import CliRunner
+
+    from cancelctl.cli import app
+
+    path = write_sweep(tmp_path, "ro", arms={"grpo": {"algorithm": {"loss": "grpo"}}}, seeds=(0,), steps=1)
+    workdir = tmp_path / "ro-work"
+    mkdir = pathlib.Path.mkdir
+
+    def read_only_mkdir(self, *args, **kwargs):
+        if str(self).startswith(str(workdir)):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", read_only_mkdir)
+    result = CliRunner().invoke(app, ["sweep", str(path), "-w", str(workdir), "--executor", "debug"])
+    assert result.exit_code == 1, result.output
+    assert f"Read-only file system: {workdir}" in result.output and "--workdir" in result.output
+    assert "Traceback" not in result.output and len(result.output.splitlines()) <= 4

@@ -114,19 +114,7 @@ def stop_reason(stop: dict) -> str:
 
 def last_step(run_dir: Path) -> int | None:
     """The step of the last complete line of metrics.jsonl (reads only the file's tail)."""
-    try:
-        with open(RunFolder(run_dir).metrics, "rb") as handle:
-            size = handle.seek(0, 2)
-            handle.seek(max(0, size - 8192))
-            tail = handle.read()
-    except OSError:
-        return None
-    for raw in reversed(tail.split(b"\n")):
-        try:
-            return int(json.loads(raw)["step"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return None
+    return RunFolder(run_dir).last_step()
 
 
 __all__ = ["ACTIVE", "CANCELLED", "COMPLETED", "FAILED", "PENDING", "QUEUED", "RUNNING", "STOPPED", "TERMINAL",
