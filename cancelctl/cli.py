@@ -107,7 +107,14 @@ def validate(
     """Validate sweep files: schema, expansion, compute matching, and verl's real config (offline)."""
     from cancelctl.validate import validate_files
 
-    report = validate_files(paths, allow_unmatched=allow_unmatched, compose_verl=not skip_verl)
+    if err_console.is_terminal:  # a spinner with the current step; plain lines when piped (CI logs)
+        with err_console.status("validating") as spinner:
+            report = validate_files(paths, allow_unmatched=allow_unmatched, compose_verl=not skip_verl,
+                                    progress=lambda message: spinner.update(message))
+    else:
+        plain = (lambda message: err_console.print(message, highlight=False, markup=False, style="dim")) \
+            if len(paths) > 1 or not skip_verl else None
+        report = validate_files(paths, allow_unmatched=allow_unmatched, compose_verl=not skip_verl, progress=plain)
     for item in report.files:
         if item.ok:
             console.print(f"[green]ok[/]   {item.path}  ({item.n_runs} runs{item.note})", highlight=False)

@@ -371,3 +371,10 @@ def test_ui_prints_a_loopback_mlflow_command_for_the_sweeps_store(ran_sweep):
     expected = f"mlflow ui --backend-store-uri sqlite:///{workdir / 'mlflow.db'} --host 127.0.0.1 --port 5123"
     assert expected in result.output
     assert runner.invoke(app, ["ui", "nosuch", "-w", str(workdir)]).exit_code == 2
+
+
+def test_validate_shows_progress_as_plain_lines_when_piped():
+    files = [str(EXPERIMENTS / "lab-demo.yaml"), str(EXPERIMENTS / "group-size.yaml")]
+    result = runner.invoke(app, ["validate", "--skip-verl", *files])
+    assert result.exit_code == 0, result.output
+    assert f"checking {files[0]} (1/2)" in result.output and f"checking {files[1]} (2/2)" in result.output
