@@ -205,29 +205,13 @@ class ManifestStore:
     def load(self) -> Manifest:
         try:
             return self._read()
-        except FileNotFoundError:
-            rebuilt = self._rebuilt()
-            if rebuilt is None:
-                raise FileNotFoundError(f"no sweep manifest at {self.path}") from None
-            problem = "is missing"
-        except ManifestDamaged as exc:
-            rebuilt = self._rebuilt()
-            if rebuilt is None:
+        except (FileNotFoundError, ManifestDamaged):
+            if self._rebuilt() is None:
                 raise
-            problem = f"was unreadable ({exc.cause})"
         with file_lock(self.lock_path, what="sweep manifest"):
-            try:  # another process may have repaired it meanwhile
-                return self._read()
-            except (FileNotFoundError, ManifestDamaged):
-                pass
-            aside = None
-            if self.path.exists():
-                aside = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
-                os.replace(self.path, aside)
-            self.save(rebuilt)
-        log.warning("%s %s: rebuilt from the run folders (%d runs)%s", self.path, problem, len(rebuilt.runs),
-                    f"; the damaged file is kept as {aside.name}" if aside else "")
-        return rebuilt
+            manifest = self._load_locked()  # rebuilt (another process may have repaired it meanwhile)
+            self.save(manifest)
+        return manifest
 
     def peek(self) -> Manifest | None:
         """The manifest, or the one the run folders give (None: neither), writing nothing (dry runs)."""
@@ -246,11 +230,12 @@ class ManifestStore:
             rebuilt = self._rebuilt()
             if rebuilt is None:
                 raise
+            aside = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
             if self.path.exists():
-                os.replace(self.path, self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}"))
-            log.warning("%s %s: rebuilt from the run folders (%d runs)", self.path,
+                os.replace(self.path, aside)
+            log.warning("%s %s: rebuilt from the run folders (%d runs)%s", self.path,
                         "is missing" if isinstance(exc, FileNotFoundError) else f"was unreadable ({exc.cause})",
-                        len(rebuilt.runs))
+                        len(rebuilt.runs), f"; the damaged file is kept as {aside.name}" if aside.exists() else "")
             return rebuilt
 
     def _read(self) -> Manifest:
