@@ -359,7 +359,7 @@ def test_version_list_and_logs(ran_sweep, tmp_path):
     for name in (run.name, run.run_id, run.run_id[:5]):
         shown = runner.invoke(app, ["logs", name, "-w", str(workdir)])
         assert shown.exit_code == 0 and f"rt / {run.name} ({run.run_id}): completed" in shown.output, shown.output
-        assert "error.txt (none)" in shown.output and "debug executor" in shown.output
+        assert "error.txt (none)" in shown.output and "debug executor keeps no job log" in shown.output
     missing = runner.invoke(app, ["logs", "nope", "-w", str(workdir)])
     assert missing.exit_code == 2 and "no run 'nope' in sweep rt" in missing.output
 

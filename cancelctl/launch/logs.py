@@ -44,10 +44,10 @@ def run_logs(workdir: Path, run: str, sweep: str | None = None, lines: int = 20)
     if state.log is not None:
         logs.files.append(("job stdout", state.log.with_suffix(".out"), None))
         logs.files.append(("job stderr", state.log, None))
-    elif state.executor == "debug":
-        logs.note = "the debug executor runs in the launcher's own process: its output went to that terminal"
     elif state.executor is None:
         logs.note = "never submitted: no job output yet"
+    else:  # an executor that runs in the launcher's process (debug) keeps no job log of its own
+        logs.note = f"the {state.executor} executor keeps no job log: the run's output went to the launcher's terminal"
     if state.run_dir is not None:
         logs.files.append(("error", RunFolder(state.run_dir).error, None))
     logs.files = [(what, path, tail(path, lines)) for what, path, _ in logs.files]
