@@ -260,7 +260,11 @@ def sweep(
     """Validate, expand and run every arm of a sweep; finished or running runs are never resubmitted."""
     from cancelctl.executors import executor_names, get_executor
     from cancelctl.launch import SchedulerError
-    from cancelctl.launch.interrupt import Interrupted, interrupted_message, signals_interrupt
+    from cancelctl.launch.interrupt import (
+        Interrupted,
+        interrupted_message,
+        signals_interrupt,
+    )
 
     if executor is not None and executor not in executor_names():
         *first, last = executor_names()

@@ -66,7 +66,7 @@ class SweepNotFound(ArgumentError, FileNotFoundError):
         super().__init__(message, title="unknown sweep")
 
 
-class WorkdirStateError(Exception):  # noqa: N818 - a state, as users read it
+class WorkdirStateError(Exception):
     """A file of the work dir is unreadable (truncated, empty, deleted) or cannot be written (disk
     full, read-only): the message names the path, the cause and how to recover. Exit code 1."""
 

@@ -266,7 +266,7 @@ def _reserve_error_space(run_dir: Path) -> None:
 
 
 def _write_error(run_dir: Path, kind: str) -> None:
-    exc_type, exc, _ = sys.exc_info()
+    exc = sys.exc_info()[1]
     when = datetime.datetime.now().isoformat(timespec="seconds")
     text = f"{kind} {when} job {current_job_id() or 'in-process'}: {describe_exception(exc)}\n"
     path = RunFolder(run_dir).error

@@ -248,7 +248,7 @@ class ManifestStore:
         try:
             data = json.loads(text)
             if not isinstance(data, dict):
-                raise ValueError(f"a JSON {type(data).__name__}, not an object")
+                raise TypeError(f"a JSON {type(data).__name__}, not an object")
             return Manifest.from_json(data)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             cause = "empty file" if not text.strip() else f"{type(exc).__name__}: {exc}"

@@ -335,7 +335,7 @@ def rebuild_manifest(paths: SweepPaths) -> Manifest | None:
         stamp = mtime if stamp is None else min(stamp, mtime)
     if not runs:
         return None
-    return Manifest(sweep=paths.sweep, executor=sorted(executors)[0], created_at=stamp or 0.0, runs=runs)
+    return Manifest(sweep=paths.sweep, executor=min(executors), created_at=stamp or 0.0, runs=runs)
 
 
 _OS_ERROR_HINTS = {

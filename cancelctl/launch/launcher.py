@@ -162,11 +162,9 @@ def _register(paths: SweepPaths, sweep: Sweep, kind: str) -> list[str]:
                 entry.name, entry.arm, entry.group, entry.steps = run.name, run.arm, run.group, run.spec.budget.steps
     if not newly_stale:
         return []
-    return [
-        f"the sweep file changed: {len(newly_stale)} run(s) of its earlier version are no longer planned "
-        f"({', '.join(sorted(newly_stale)[:6])}{', ...' if len(newly_stale) > 6 else ''}); they are kept as stale "
-        "(not submitted, not counted by status, left out of the report)"
-    ]
+    listed = ", ".join(sorted(newly_stale)[:6]) + (", ..." if len(newly_stale) > 6 else "")
+    return [(f"the sweep file changed: {len(newly_stale)} run(s) of its earlier version are no longer planned "
+             f"({listed}); they are kept as stale (not submitted, not counted by status, left out of the report)")]
 
 
 def _adopt_finished_in_store(

@@ -6,7 +6,6 @@ submission is its executor's business (`Executor.classify`).
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -14,7 +13,15 @@ from cancelctl.executors import get_executor
 from cancelctl.executors.base import Executor
 from cancelctl.fileio import read_json
 from cancelctl.jobs import read_attempts
-from cancelctl.manifest import ABANDONED, INTENT, SUBMIT_FAILED, SUBMITTED, Manifest, RunEntry, Submission
+from cancelctl.manifest import (
+    ABANDONED,
+    INTENT,
+    SUBMIT_FAILED,
+    SUBMITTED,
+    Manifest,
+    RunEntry,
+    Submission,
+)
 from cancelctl.runstate import (
     ACTIVE,
     CANCELLED,
