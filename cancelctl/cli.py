@@ -4,7 +4,7 @@ Exit codes: 0 ok, 1 runtime failure, 2 bad input (spec or arguments) with a one-
 Heavy imports (torch, mlflow, verl) happen inside the verbs that need them, so `validate` and
 `plan` stay fast.
 
-Length: one short function per verb (sixteen verbs) plus the shared options; splitting the verbs
+Length: one short function per verb (twenty verbs) plus the shared options; splitting the verbs
 across modules would hide the CLI's one screen of surface, so it stays one file.
 """
 
@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cancelctl.errors import SpecError
+from cancelctl.errors import ArgumentError, SpecError, SweepNotFound, WorkdirStateError
 
 app = typer.Typer(
     add_completion=False,
@@ -28,6 +28,26 @@ app = typer.Typer(
     help="Run and compare group-based RL ablations (GRPO, GSPO, DFPO, ...) on SLURM or the CPU lab.",
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"cancelctl {version('cancelctl')}")
+        except PackageNotFoundError:
+            typer.echo("cancelctl (not installed: no version)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main_options(
+    show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Run and compare group-based RL ablations (GRPO, GSPO, DFPO, ...) on SLURM or the CPU lab."""
+
+
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print ratios against an in-run baseline.")
 app.add_typer(bench_app, name="bench")
 
@@ -54,13 +74,25 @@ def fail_input(exc: SpecError, file: str | None = None) -> None:
     raise typer.Exit(2)
 
 
+def fail(exc: Exception) -> None:
+    """Bad input (SpecError): exit 2; a work dir that cannot be read or written: exit 1, one screen."""
+    if isinstance(exc, SpecError):
+        fail_input(exc)
+    if isinstance(exc, OSError):
+        from cancelctl.workdir import os_error_message
+
+        exc = os_error_message(exc)
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
 def load_or_exit(path: Path, allow_unmatched: bool = False):
     from cancelctl.plan import load_sweep
 
     try:
         return load_sweep(path, allow_unmatched=allow_unmatched)
-    except SpecError as exc:
-        fail_input(exc)
+    except (SpecError, WorkdirStateError, OSError) as exc:
+        fail(exc)
 
 
 # ---------------------------------------------------------------- spec verbs
@@ -75,7 +107,14 @@ def validate(
     """Validate sweep files: schema, expansion, compute matching, and verl's real config (offline)."""
     from cancelctl.validate import validate_files
 
-    report = validate_files(paths, allow_unmatched=allow_unmatched, compose_verl=not skip_verl)
+    if err_console.is_terminal:  # a spinner with the current step; plain lines when piped (CI logs)
+        with err_console.status("validating") as spinner:
+            report = validate_files(paths, allow_unmatched=allow_unmatched, compose_verl=not skip_verl,
+                                    progress=lambda message: spinner.update(message))
+    else:
+        plain = (lambda message: err_console.print(message, highlight=False, markup=False, style="dim")) \
+            if len(paths) > 1 or not skip_verl else None
+        report = validate_files(paths, allow_unmatched=allow_unmatched, compose_verl=not skip_verl, progress=plain)
     for item in report.files:
         if item.ok:
             console.print(f"[green]ok[/]   {item.path}  ({item.n_runs} runs{item.note})", highlight=False)
@@ -109,6 +148,8 @@ def plan(
                 "group": r.group,
                 "backend": r.spec.backend,
                 "executor": r.spec.executor,
+                "clip_low": r.spec.algorithm.clip_low,
+                "clip_high": r.spec.algorithm.clip_high,
                 **{f"planned_{k}": v for k, v in r.planned_compute().items()},
             }
             for r in sweep.runs
@@ -117,7 +158,7 @@ def plan(
         return
     axes = list(sweep.runs[0].axes) if sweep.runs else []
     table = Table(title=f"{sweep.name}: {len(sweep.runs)} runs", title_justify="left", box=None, pad_edge=False)
-    for col in ["name", "arm", *(a.rsplit(".", 1)[-1] for a in axes), "seed", "run_id", "backend", "executor"]:
+    for col in ["name", "arm", *(a.rsplit(".", 1)[-1] for a in axes), "seed", "run_id", "backend", "executor", "loss", "clip"]:
         table.add_column(col, no_wrap=True)
     table.add_column("gen tokens", no_wrap=True, justify="right")
     table.add_column("updates", no_wrap=True, justify="right")
@@ -125,6 +166,7 @@ def plan(
         c = r.planned_compute()
         table.add_row(
             r.name, r.arm, *[str(r.axes[a]) for a in axes], str(r.seed), r.run_id, r.spec.backend, r.spec.executor,
+            r.spec.algorithm.loss, f"{r.spec.algorithm.clip_low:g}/{r.spec.algorithm.clip_high:g}",
             _si(c["gen_tokens"]), f"{c['update_steps']:,}",
         )
     console.print(table)
@@ -164,7 +206,7 @@ def render(
     sweep = load_or_exit(path, allow_unmatched=True)
     match = [r for r in sweep.runs if run in (r.run_id, r.name)]
     if not match:
-        fail_input(SpecError(f"--run {run!r}: no such run in {path} (see `cancelctl plan {path}`)"))
+        fail_input(ArgumentError(f"--run {run!r}: no such run in {path} (see `cancelctl plan {path}`)"))
     target = match[0]
     from cancelctl.executors import get_executor
 
@@ -179,8 +221,8 @@ def render(
 
         try:
             typer.echo(format_command(render_command(target)))
-        except SpecError as exc:
-            fail_input(exc)
+        except (SpecError, WorkdirStateError, OSError) as exc:
+            fail(exc)
     else:
         typer.echo(json.dumps(target.to_json(), indent=2))
 
@@ -197,7 +239,7 @@ def _states_table(title: str, states) -> Table:
     for col in ("name", "run_id", "state", "job", "step", "attempts", "reason"):
         table.add_column(col, no_wrap=col != "reason")
     for s in states:
-        step = f"{s.step}/{s.steps}" if s.step is not None and s.steps else (str(s.steps or "") and f"-/{s.steps}")
+        step = f"{s.step}/{s.steps}" if s.step is not None and s.steps else ("starting" if s.state == "running" else "")
         style = STATE_STYLE.get(s.state, "")
         table.add_row(
             s.name, s.run_id, f"[{style}]{s.state}[/]" if style else s.state, s.job_id or "", step, str(s.attempts), s.reason
@@ -227,31 +269,52 @@ def sweep(
 ) -> None:
     """Validate, expand and run every arm of a sweep; finished or running runs are never resubmitted."""
     from cancelctl.executors import executor_names, get_executor
-    from cancelctl.launch import SchedulerError, launch_sweep
+    from cancelctl.launch import SchedulerError
+    from cancelctl.launch.interrupt import (
+        Interrupted,
+        interrupted_message,
+        signals_interrupt,
+    )
 
     if executor is not None and executor not in executor_names():
         *first, last = executor_names()
-        fail_input(SpecError(f"--executor {executor!r}: expected {', '.join(first)} or {last}"))
+        fail_input(ArgumentError(f"--executor {executor!r}: expected {', '.join(first)} or {last}"))
     plan_ = load_or_exit(path, allow_unmatched)
     runner = get_executor(executor or plan_.runs[0].spec.executor)
     will_wait = (wait if wait is not None else runner.waits_by_default) and not dry_run
     wd = workdir_path(workdir)
     launch = dict(workdir=wd, executor=executor, dry_run=dry_run, retry_failed=retry_failed, retry_stopped=retry_stopped)
     try:
-        if will_wait and runner.waits_by_default:  # the launcher drives the runs itself: it pushes states
-            from cancelctl.watch import WatchProgress
-
-            with WatchProgress(plan_.name, console=console) as view:
-                result = launch_sweep(plan_, wait=True, progress=view, **launch)
-        else:
-            result = launch_sweep(plan_, wait=False, **launch)
-            if will_wait:  # a scheduler runs them (SLURM): follow them in the watch view
-                _watch_submitted(wd, result)
-    except SpecError as exc:
-        fail_input(exc)
+        with signals_interrupt():
+            result = _launch(plan_, runner, will_wait, wd, launch)
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, a closed terminal
+        resume = " ".join(["cancelctl sweep", str(path)] + (["-w", str(workdir)] if workdir else [])
+                          + (["--executor", executor] if executor else []))
+        err_console.print(interrupted_message(exc, plan_.name, resume), highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code if isinstance(exc, Interrupted) else 130) from None
+    except (SpecError, WorkdirStateError, OSError) as exc:
+        fail(exc)
     except SchedulerError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(1)
+    _print_launch(result, plan_)
+
+
+def _launch(plan_, runner, will_wait: bool, wd: Path, launch: dict):
+    from cancelctl.launch import launch_sweep
+
+    if will_wait and runner.waits_by_default:  # the launcher drives the runs itself: it pushes states
+        from cancelctl.watch import WatchProgress
+
+        with WatchProgress(plan_.name, console=console) as view:
+            return launch_sweep(plan_, wait=True, progress=view, **launch)
+    result = launch_sweep(plan_, wait=False, **launch)
+    if will_wait:  # a scheduler runs them (SLURM): follow them in the watch view
+        _watch_submitted(wd, result)
+    return result
+
+
+def _print_launch(result, plan_) -> None:
     for warning in result.warnings:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     verb = "would submit" if result.dry_run else "submitted"
@@ -305,11 +368,13 @@ def watch_sweep(
     wd = workdir_path(workdir)
     name = sweep or latest_sweep(wd)
     if name is None:
-        fail_input(SpecError(f"no sweep has been run in {wd}"))
+        fail_input(SweepNotFound(f"no sweep has been run in {wd} yet (run `cancelctl sweep FILE` first)"))
     try:
         sweep_status(wd, name)  # an unknown sweep: one clear message, before any view
-    except (SpecError, FileNotFoundError) as exc:
-        fail_input(exc if isinstance(exc, SpecError) else SpecError(str(exc)))
+    except (SpecError, WorkdirStateError, OSError) as exc:
+        fail(exc)
+    except FileNotFoundError as exc:
+        fail_input(SweepNotFound(str(exc)))
     result = watch(lambda: sweep_status(wd, name), title=name, console=console, refresh_s=refresh)
     raise typer.Exit(1 if any(run.state == "failed" for run in result.view.runs) else 0)
 
@@ -326,15 +391,19 @@ def status(
     wd = workdir_path(workdir)
     name = sweep or latest_sweep(wd)
     if name is None:
-        fail_input(SpecError(f"no sweep has been run in {wd}"))
+        fail_input(SweepNotFound(f"no sweep has been run in {wd} yet (run `cancelctl sweep FILE` first)"))
     try:
-        states = sweep_status(wd, name)
-    except SpecError as exc:
-        fail_input(exc)
+        every = sweep_status(wd, name, include_stale=True)
+    except (SpecError, WorkdirStateError, OSError) as exc:
+        fail(exc)
+    states, stale = [s for s in every if not s.stale], [s for s in every if s.stale]
     if as_json:
-        typer.echo(json.dumps([s.to_json() for s in states], indent=2, default=str))
+        typer.echo(json.dumps([s.to_json() for s in every], indent=2, default=str))
         return
     console.print(_states_table(f"{name}: {_counts(states)}", states))
+    if stale:
+        console.print(_states_table(f"stale: {len(stale)} run(s) of earlier versions of the sweep file "
+                                    f"(not counted, not in the report): {_counts(stale)}", stale), style="dim")
 
 
 @app.command()
@@ -344,9 +413,83 @@ def cancel(sweep: str = typer.Argument(..., help="Sweep name."), workdir: Option
 
     try:
         cancelled = cancel_sweep(workdir_path(workdir), sweep)
-    except SpecError as exc:
-        fail_input(exc)
+    except (SpecError, WorkdirStateError, OSError) as exc:
+        fail(exc)
     console.print(f"{sweep}: cancelled {len(cancelled)} jobs" + (f" ({', '.join(cancelled)})" if cancelled else ""))
+
+
+@app.command("list")
+def list_(workdir: Optional[Path] = WorkdirOpt) -> None:
+    """Sweeps of the work dir, launched last first, with their runs counted by state."""
+    from cancelctl.launch.control import list_sweeps
+
+    wd = workdir_path(workdir)
+    listed = list_sweeps(wd)
+    if not listed:
+        console.print(f"no sweep has been run in {wd} yet (cancelctl sweep FILE)", highlight=False)
+        return
+    table = Table(title=f"{wd}: {len(listed)} sweep(s)", title_justify="left", box=None, pad_edge=False)
+    for col in ("sweep", "runs", "states", "file"):
+        table.add_column(col, no_wrap=col != "file")
+    for name, states, note in listed:
+        table.add_row(name, "?" if states is None else str(len(states)), "" if states is None else _counts(states), note)
+    console.print(table)
+
+
+@app.command()
+def logs(
+    run: str = typer.Argument(..., help="Run name, run id or a unique run-id prefix (as `status` shows them)."),
+    sweep: Optional[str] = typer.Option(None, "--sweep", "-s", help="Sweep name (default: the latest)."),
+    lines: int = typer.Option(20, "--lines", "-n", min=0, help="Lines of each file to show."),
+    workdir: Optional[Path] = WorkdirOpt,
+) -> None:
+    """One run's job stdout/stderr and error.txt: their paths and last lines."""
+    from cancelctl.launch.logs import run_logs
+
+    try:
+        found = run_logs(workdir_path(workdir), run, sweep, lines)
+    except (SpecError, WorkdirStateError, OSError) as exc:
+        fail(exc)
+    s = found.state
+    console.print(f"{found.sweep} / {s.name} ({s.run_id}): {s.state}" + (f" — {s.reason}" if s.reason else ""), highlight=False)
+    if found.note:
+        console.print(found.note, style="dim", highlight=False)
+    for what, path, text in found.files:
+        console.print(f"[bold]{what}[/]: {path}" + ("" if text is not None else " (none)"), highlight=False)
+        for line in text or []:
+            console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command()
+def ui(
+    sweep: Optional[str] = typer.Argument(None, help="Sweep name (default: the latest)."),
+    port: int = typer.Option(5000, "--port", help="Port of the UI."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind (default loopback only)."),
+    open_: bool = typer.Option(False, "--open", help="Run the UI now (Ctrl-C stops it) instead of printing the command."),
+    workdir: Optional[Path] = WorkdirOpt,
+) -> None:
+    """The `mlflow ui` command for the sweep's tracking store, bound to 127.0.0.1 (--open runs it)."""
+    import subprocess
+
+    from cancelctl.ui import is_loopback, shown, sweep_store, ui_command
+
+    try:
+        uri = sweep_store(workdir_path(workdir), sweep)
+        argv = ui_command(uri, host, port)
+    except (SpecError, WorkdirStateError, OSError) as exc:
+        fail(exc)
+    if argv is None:
+        console.print(f"the sweep logs to the tracking server {uri}: open it in a browser", highlight=False)
+        return
+    if not is_loopback(host):
+        err_console.print(f"[yellow]warning:[/] --host {host} serves the store beyond this machine", highlight=False)
+    console.print(shown(argv), highlight=False, soft_wrap=True)
+    if open_:
+        console.print(f"serving on http://{host}:{port} (Ctrl-C stops it)", highlight=False)
+        try:
+            raise typer.Exit(subprocess.call(argv))
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
 
 
 # ---------------------------------------------------------------- results verbs
@@ -368,6 +511,9 @@ def report(
     include_stopped: bool = typer.Option(
         False, "--include-stopped", help="Use runs a monitor rule stopped in the compute-matched tables (left out by default)."
     ),
+    include_unfinished: bool = typer.Option(
+        False, "--include-unfinished", help="Use runs that have not FINISHED (running, failed, killed) as they are."
+    ),
     workdir: Optional[Path] = WorkdirOpt,
 ) -> None:
     """Compute-matched comparison tables, bootstrap CIs, paired tests, Compute@Reward, Jitter2, claims' verdicts, plots."""
@@ -377,11 +523,19 @@ def report(
         result = report_sweep(
             workdir_path(workdir), sweep, baseline=baseline, threshold=threshold, compute=compute, metric=metric,
             out=out, allow_unmatched=allow_unmatched, uri=uri, console=console, claims_only=claims_only,
-            include_stopped=include_stopped,
+            include_stopped=include_stopped, include_unfinished=include_unfinished,
         )
-    except SpecError as exc:
-        fail_input(exc)
+    except (SpecError, WorkdirStateError, OSError) as exc:
+        fail(exc)
     console.print(f"report written to {result.out_dir}/ (report.md, report.html, tables/, plots/)", highlight=False)
+    if result.still_running:
+        names = ", ".join(result.still_running[:8]) + (" ..." if len(result.still_running) > 8 else "")
+        err_console.print(
+            f"[bold yellow]warning: incomplete report:[/] {len(result.still_running)} run(s) still running were left out "
+            f"({names}); report again when they have ended, or pass --include-unfinished to use them as they are",
+            highlight=False,
+        )
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -418,7 +572,7 @@ def bench_losses(
     try:
         result = run_loss_benchmark(device, rows, tokens, group, repeats, include_verl=verl)
     except ValueError as exc:
-        fail_input(SpecError(str(exc)))
+        fail_input(ArgumentError(str(exc)))
     console.print(loss_benchmark_table(result, title=f"losses: {rows} rows x {tokens} tokens, G={group}, {device}"))
     missed = [r["name"] for r in result if r["ok"] is False]
     console.print("all targets met" if not missed else f"[bold red]targets missed:[/] {', '.join(missed)}")
@@ -431,6 +585,12 @@ def main() -> None:  # console script
         err_console.print(f"[bold red]error:[/] {exc.title}", highlight=False)
         err_console.print(exc.render(), highlight=False, markup=False)
         sys.exit(2)
+    except (WorkdirStateError, OSError) as exc:  # a work dir file unreadable or unwritable, wherever it was met
+        from cancelctl.workdir import os_error_message
+
+        err_console.print(f"error: {os_error_message(exc) if isinstance(exc, OSError) else exc}", highlight=False,
+                          markup=False, soft_wrap=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ class SpecError(Exception):
             issues = [SpecIssue(None, "", issues)]
         elif isinstance(issues, SpecIssue):
             issues = [issues]
-        self.issues = list(issues)
+        self.issues = [SpecIssue(None, "", i) if isinstance(i, str) else i for i in issues]
         self.title = title
         super().__init__(self.render())
 
@@ -50,3 +50,24 @@ class UnmatchedArmsError(SpecError):
 
     def __init__(self, issues: list[SpecIssue]):
         super().__init__(issues, title="arms are not compute-matched (pass --allow-unmatched to run anyway)")
+
+
+class ArgumentError(SpecError):
+    """A command-line argument is wrong (an option value, a run or metric name). Exit code 2."""
+
+    def __init__(self, issues: list[SpecIssue] | SpecIssue | str, title: str = "invalid argument"):
+        super().__init__(issues, title=title)
+
+
+class SweepNotFound(ArgumentError, FileNotFoundError):
+    """No sweep of that name in the work dir (never run there). Exit code 2."""
+
+    def __init__(self, message: str):
+        super().__init__(message, title="unknown sweep")
+
+
+class WorkdirStateError(Exception):
+    """A file of the work dir is unreadable (truncated, empty, deleted) or cannot be written (disk
+    full, read-only): the message names the path, the cause and how to recover. Exit code 1."""
+
+    exit_code = 1

@@ -29,6 +29,7 @@ launcher surviving after sbatch (plain submitit moves the pickles after sbatch r
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib
 import json
@@ -36,6 +37,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -44,7 +46,15 @@ from typing import Any
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from cancelctl.fileio import atomic_write_json
-from cancelctl.workdir import ATTEMPTS_JSONL, CHECKPOINT, ERROR_TXT, JOB_JSON, RESULT_JSON, RUN_JSON, RunFolder  # noqa: F401 - names of the run files, re-exported
+from cancelctl.workdir import (  # noqa: F401 - names of the run files, re-exported
+    ATTEMPTS_JSONL,
+    CHECKPOINT,
+    ERROR_TXT,
+    JOB_JSON,
+    RESULT_JSON,
+    RUN_JSON,
+    RunFolder,
+)
 
 # The first word of the job entry command (`python -m cancelctl.jobs WORD FOLDER [TOKEN]`): an
 # array task adopts the pickle its launcher wrote under a token; a local process runs its folder.
@@ -97,6 +107,7 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None,
     _start_attempt(run_dir, token)
     RunFolder(run_dir).result.unlink(missing_ok=True)
     archive_error(run_dir)  # how an earlier attempt ended (e.g. SIGTERM before a requeue) is history now
+    _reserve_error_space(run_dir)
     archive_stop(run_dir)  # so is an earlier attempt's monitor stop (a run resumed with --retry-stopped)
     if threads:
         _limit_threads(threads)
@@ -109,7 +120,8 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None,
             cluster = run_cluster(allocation, run_dir, logger)
         else:
             cluster = contextlib.nullcontext()
-        with cluster, preemption.deferred_signals():  # USR2/SIGTERM wait for the backend's step boundary
+        # USR2/SIGTERM wait for the backend's step boundary; a closed terminal interrupts like Ctrl-C
+        with cluster, preemption.deferred_signals(), _hangup_interrupts():
             result = train(run, run_dir, logger, cache_dir)
     except KeyboardInterrupt:  # local cancel / Ctrl-C: resumable, not a failure of the run
         _write_error(run_dir, "INTERRUPTED")
@@ -127,17 +139,39 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None,
         raise
     except BaseException:
         _write_error(run_dir, "FAILED")
-        logger.close("FAILED")
-        _end_attempt(run_dir, token, "failed")
+        with contextlib.suppress(OSError):  # a full disk must not hide the run's own error behind its own
+            logger.close("FAILED")
+        with contextlib.suppress(OSError):
+            _end_attempt(run_dir, token, "failed")
         raise
     result = {str(k): float(v) for k, v in (result or {}).items()}
     stop = read_stop(run_dir)
     if stop is not None:  # a monitor rule ended the run at a step boundary, its checkpoint kept
         _tag_stopped(logger, run_dir, stop)
     logger.close("FINISHED")
+    (run_dir / ERROR_RESERVE).unlink(missing_ok=True)
     write_result(run_dir, result, token=token, **({"stopped": stop.to_json()} if stop is not None else {}))
     _end_attempt(run_dir, token, "stopped" if stop is not None else "finished")
     return result
+
+
+@contextlib.contextmanager
+def _hangup_interrupts():
+    """A closed terminal (SIGHUP to the launcher's process group) interrupts a run like Ctrl-C: it
+    records INTERRUPTED (resumable) instead of dying without a word. Only where nothing else
+    handles SIGHUP (a job process, not the CLI running a debug run in process)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGHUP) is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt("SIGHUP")
+
+    signal.signal(signal.SIGHUP, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def read_stop(run_dir: Path):
@@ -235,12 +269,47 @@ def _end_attempt(run_dir: Path, token: str, outcome: str) -> None:
     _append_jsonl(RunFolder(run_dir).attempts, {"event": "end", "token": token, "outcome": outcome, "ts": time.time()})
 
 
+ERROR_RESERVE = ".error.reserve"  # space set aside at each start for error.txt (a full disk)
+ERROR_RESERVE_BYTES = 16 * 1024
+
+
+def describe_exception(exc: BaseException | None) -> str:
+    """One line: an OS error as its cause and path ("No space left on device: /w/run/checkpoint.pt"),
+    anything else as "Type: message"."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return f"{type(exc).__name__}: {exc}".splitlines()[0] if exc is not None else "unknown error"
+
+
+def _reserve_error_space(run_dir: Path) -> None:
+    """Allocate the blocks error.txt will need now, while there is space: a run that fails because
+    the disk is full can still say so (the reserve is renamed to error.txt and written in place)."""
+    try:
+        with open(run_dir / ERROR_RESERVE, "wb") as handle:
+            handle.write(b" " * ERROR_RESERVE_BYTES)
+    except OSError:
+        pass
+
+
 def _write_error(run_dir: Path, kind: str) -> None:
-    exc_type, exc, _ = sys.exc_info()
+    exc = sys.exc_info()[1]
     when = datetime.datetime.now().isoformat(timespec="seconds")
-    summary = f"{exc_type.__name__}: {exc}" if exc_type is not None else "unknown error"
-    text = f"{kind} {when} job {current_job_id() or 'in-process'}: {summary.splitlines()[0] if summary else ''}\n"
-    RunFolder(run_dir).error.write_text(text + traceback.format_exc(), encoding="utf-8")
+    text = f"{kind} {when} job {current_job_id() or 'in-process'}: {describe_exception(exc)}\n"
+    path = RunFolder(run_dir).error
+    try:
+        path.write_text(text + traceback.format_exc(), encoding="utf-8")
+    except OSError:  # the disk is full (or read-only): the reserved blocks, written in place
+        reserve = run_dir / ERROR_RESERVE
+        try:
+            os.replace(reserve, path)
+            data = (text + traceback.format_exc()).encode("utf-8")[:ERROR_RESERVE_BYTES]
+            with open(path, "r+b") as handle:
+                handle.write(data)
+                handle.truncate(len(data))
+        except OSError:
+            print(text, file=sys.stderr, flush=True)  # the job's log (submitit), when nothing else can be written
+    else:
+        (run_dir / ERROR_RESERVE).unlink(missing_ok=True)
 
 
 def write_result(run_dir: Path, metrics: dict[str, float], *, token: str, finished_at: float | None = None,

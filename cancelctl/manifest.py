@@ -16,6 +16,7 @@ Schema (version 1)::
     {"version": 1, "sweep": "lab-demo", "file": "experiments/lab.yaml", "executor": "slurm",
      "created_at": 1763822400.0, "launched_at": 1763822460.0, "cancelled_at": null,
      "driver": {"pid": 4242, "start": 1234567} | null,        # local/debug driver process
+     "planned": ["3f2a9c1b7e0d", ...],                         # run ids of the last launch's sweep file
      "runs": {"3f2a9c1b7e0d": {"name": "grpo-G=8-s0", "arm": "grpo", "seed": 0, "group": "G=8",
                                "queued_at": null,           # local: waiting for a free core
                                "submissions": [["k2v8q1x0aa", 3]],   # (token, array index), oldest first
@@ -31,15 +32,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cancelctl import fileio
+from cancelctl.errors import WorkdirStateError
 from cancelctl.fileio import LockBusy, atomic_write_json
+
+log = logging.getLogger("cancelctl.launch")
 
 MANIFEST_VERSION = 1
 LOCK_TIMEOUT_S = 60.0
@@ -100,6 +106,12 @@ class Manifest:
     driver: dict[str, int] | None = None
     runs: dict[str, RunEntry] = field(default_factory=dict)
     submissions: dict[str, Submission] = field(default_factory=dict)
+    # run ids the sweep file planned at its last launch (None: manifests written before it was kept);
+    # the other runs are stale (an edited arm, another file reusing the name): kept, never counted
+    planned: list[str] | None = None
+
+    def is_current(self, run_id: str) -> bool:
+        return self.planned is None or run_id in self.planned
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -150,6 +162,18 @@ class Manifest:
         return cls(runs=runs, submissions=subs, **fields)
 
 
+class ManifestDamaged(WorkdirStateError, ValueError):
+    """The manifest file exists but cannot be read (truncated, empty, not a manifest), and there are
+    no run folders to rebuild it from: the message names the file, the cause and the way out."""
+
+    def __init__(self, path: Path, cause: str):
+        self.path, self.cause = Path(path), cause
+        super().__init__(
+            f"{path}: unreadable sweep manifest ({cause}) and no run folders to rebuild it from; move it aside "
+            f"(mv {path} {path}.bad) and run `cancelctl sweep FILE` again: nothing had run yet"
+        )
+
+
 # a sweep lock held for longer than the timeout (an alias: the launcher and `cancel` catch it by this name)
 ManifestBusy = LockBusy
 
@@ -162,23 +186,76 @@ def file_lock(
 
 
 class ManifestStore:
-    """A sweep's manifest file and its lock."""
+    """A sweep's manifest file and its lock.
 
-    def __init__(self, path: Path):
+    `recover` (given by `SweepPaths.store`) rebuilds a manifest from the sweep's run folders, or
+    returns None when there are none: a manifest found truncated, empty or not a manifest is then
+    moved aside (`manifest.json.damaged-<time>`) and replaced by the rebuilt one, with a warning;
+    a deleted one is rebuilt the same way. What the rebuild cannot know (job ids of runs still in a
+    scheduler's queue) the next `cancelctl sweep FILE` submits again; finished runs stay finished."""
+
+    def __init__(self, path: Path, recover: Callable[[], Manifest | None] | None = None):
         self.path = Path(path)
         self.lock_path = self.path.with_name("manifest.lock")
+        self.recover = recover
 
     def exists(self) -> bool:
-        return self.path.is_file()
+        return self.path.is_file() or (self.recover is not None and self._rebuilt() is not None)
 
     def load(self) -> Manifest:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return self._read()
+        except (FileNotFoundError, ManifestDamaged):
+            if self._rebuilt() is None:
+                raise
+        with file_lock(self.lock_path, what="sweep manifest"):
+            manifest = self._load_locked()  # rebuilt (another process may have repaired it meanwhile)
+            self.save(manifest)
+        return manifest
+
+    def peek(self) -> Manifest | None:
+        """The manifest, or the one the run folders give (None: neither), writing nothing (dry runs)."""
+        try:
+            return self._read()
+        except FileNotFoundError:
+            return self._rebuilt()
+        except ManifestDamaged:
+            return self._rebuilt()  # None: nothing had run, a launch starts afresh
+
+    def _load_locked(self) -> Manifest:
+        """`load` for a caller that holds the lock already (the rebuild takes it otherwise)."""
+        try:
+            return self._read()
+        except (FileNotFoundError, ManifestDamaged) as exc:
+            rebuilt = self._rebuilt()
+            if rebuilt is None:
+                raise
+            aside = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
+            if self.path.exists():
+                os.replace(self.path, aside)
+            log.warning("%s %s: rebuilt from the run folders (%d runs)%s", self.path,
+                        "is missing" if isinstance(exc, FileNotFoundError) else f"was unreadable ({exc.cause})",
+                        len(rebuilt.runs), f"; the damaged file is kept as {aside.name}" if aside.exists() else "")
+            return rebuilt
+
+    def _read(self) -> Manifest:
+        try:
+            text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise FileNotFoundError(f"no sweep manifest at {self.path}") from None
-        except ValueError as exc:
-            raise ValueError(f"{self.path}: unreadable manifest ({exc})") from None
-        return Manifest.from_json(data)
+        except UnicodeDecodeError as exc:
+            raise ManifestDamaged(self.path, f"not UTF-8 text: {exc.reason}") from None
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON {type(data).__name__}, not an object")
+            return Manifest.from_json(data)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            cause = "empty file" if not text.strip() else f"{type(exc).__name__}: {exc}"
+            raise ManifestDamaged(self.path, cause) from None
+
+    def _rebuilt(self) -> Manifest | None:
+        return self.recover() if self.recover is not None else None
 
     def save(self, manifest: Manifest) -> None:
         atomic_write_json(self.path, manifest.to_json())
@@ -188,8 +265,17 @@ class ManifestStore:
         """Locked read-modify-write: yields the current manifest (or `create` if there is none yet)
         and saves it when the block exits without an exception."""
         with file_lock(self.lock_path, what="sweep manifest"):
-            if self.exists():
-                manifest = self.load()
+            if self.path.is_file() or self._rebuilt() is not None:
+                try:
+                    manifest = self._load_locked()
+                except ManifestDamaged as exc:
+                    if create is None:
+                        raise
+                    aside = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
+                    os.replace(self.path, aside)  # nothing had run (no run folders): start afresh
+                    log.warning("%s was unreadable (%s) and no run had started: kept as %s, starting afresh",
+                                self.path, exc.cause, aside.name)
+                    manifest = create
             elif create is not None:
                 manifest = create
             else:

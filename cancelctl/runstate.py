@@ -43,6 +43,7 @@ class RunState:
     run_dir: Path | None = None
     log: Path | None = None  # the scheduler's stderr log of the latest job
     final: dict[str, float] = field(default_factory=dict)  # result.json metrics when completed or stopped
+    stale: bool = False  # a run of an earlier version of the sweep file: not planned by its last launch
 
     @property
     def active(self) -> bool:

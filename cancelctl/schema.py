@@ -23,3 +23,24 @@ def sweep_json_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "cancelctl sweep"
     return schema
+
+
+def fields_table(model: type, prefix: str) -> str:
+    """A Markdown table of a spec model's fields (type, default, description): the README's `lab:` table."""
+    rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
+    for name, field in model.model_fields.items():
+        kind = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
+        kind = kind.replace("cancelctl.spec.", "").replace("NoneType", "null").replace("None", "null").replace(" | ", " or ")
+        default = "—" if field.default is None else f"`{field.default}`"
+        ops = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
+        bounds = ", ".join(f"{sym} {getattr(m, op)}" for m in field.metadata for op, sym in ops.items() if getattr(m, op, None) is not None)
+        meaning = "; ".join(filter(None, [(field.description or "").replace("|", "\\|"), bounds]))
+        rows.append(f"| `{prefix}.{name}` | {kind} | {default} | {meaning} |")
+    return "\n".join(rows)
+
+
+def lab_fields_markdown() -> str:
+    """The `lab:` block's fields (and `lab.moe`'s) as the README documents them."""
+    from cancelctl.spec import LabSpec, MoeSpec
+
+    return fields_table(LabSpec, "lab") + "\n" + "\n".join(fields_table(MoeSpec, "lab.moe").splitlines()[2:])

@@ -103,9 +103,9 @@ class LabSpec(Strict):
     """The CPU lab: a tiny causal transformer on a synthetic verifiable task (ignored by verl)."""
 
     # defaults the tiny policy learns from in a couple of CPU minutes (tests/backends/lab check it learns)
-    d_model: int = Field(64, ge=8, le=1024)
-    n_layers: int = Field(1, ge=1, le=12)
-    n_heads: int = Field(4, ge=1, le=16)
+    d_model: int = Field(64, ge=8, le=1024, description="policy width (divisible by n_heads)")
+    n_layers: int = Field(1, ge=1, le=12, description="transformer blocks")
+    n_heads: int = Field(4, ge=1, le=16, description="attention heads per block")
     max_operand: int = Field(9, ge=2, le=999, description="task: operands drawn from [0, max_operand]")
     warmstart_steps: int = Field(600, ge=0, description="supervised steps on the noisy corpus")
     warmstart_noise: float = Field(0.5, ge=0, le=1, description="fraction of wrong answers in the corpus")
@@ -184,8 +184,8 @@ DEFAULT_LR = {"verl": 1e-6, "lab": 5e-4}
 class AlgorithmSpec(Strict):
     loss: LossName = "grpo"
     loss_agg_mode: AggMode | None = Field(None, description="default: per loss (gspo/dfpo seq-mean-token-mean)")
-    clip_low: float = Field(0.2, ge=0, lt=1)
-    clip_high: float = Field(0.2, ge=0)
+    clip_low: float = Field(0.2, ge=0, lt=1, description="default: per loss (0.2; gspo/dfpo 3e-4, GSPO's published range)")
+    clip_high: float = Field(0.2, ge=0, description="default: per loss (0.2; gspo/dfpo 4e-4)")
     clip_dual_c: float = Field(3.0, gt=1, description="dual clip for A<0 (verl clip_ratio_c)")
     dfpo: DfpoSpec = DfpoSpec()
     tis: TisSpec | None = None
@@ -206,6 +206,18 @@ class AlgorithmSpec(Strict):
     @property
     def agg_mode(self) -> str:
         return self.loss_agg_mode or catalog.loss_info(self.loss).default_agg_mode
+
+    @model_validator(mode="before")
+    @classmethod
+    def _loss_clip_defaults(cls, data: Any) -> Any:
+        """A clip the spec leaves unset takes its loss's default (`LossInfo.default_clip`)."""
+        if not isinstance(data, dict) or ("clip_low" in data and "clip_high" in data):
+            return data
+        loss = data.get("loss", "grpo")
+        if not isinstance(loss, str) or loss not in catalog.LOSSES:
+            return data  # the loss field reports it
+        low, high = catalog.loss_info(loss).default_clip
+        return {"clip_low": low, "clip_high": high, **data}
 
 
 class RolloutSpec(Strict):

@@ -7,6 +7,7 @@ check, 3. for verl runs, composing each unique override set against verl's insta
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,10 +35,14 @@ class ValidationReport:
         return all(f.ok for f in self.files)
 
 
-def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_verl: bool = True) -> ValidationReport:
+def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_verl: bool = True,
+                   progress: Callable[[str], None] | None = None) -> ValidationReport:
+    """Validate each file; `progress(message)` hears each step (composing verl configs takes seconds)."""
     results: list[FileResult] = []
     verl_runs: dict[Path, list] = {}
-    for path in paths:
+    for i, path in enumerate(paths, 1):
+        if progress is not None:
+            progress(f"checking {path} ({i}/{len(paths)})")
         try:
             sweep = load_sweep(path, allow_unmatched=allow_unmatched)
         except SpecError as exc:
@@ -50,17 +55,17 @@ def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_
             verl_runs[path] = runs
     status = ""
     if verl_runs:
-        status = _compose_verl(results, verl_runs) if compose_verl else "verl layer skipped (--skip-verl)"
+        status = _compose_verl(results, verl_runs, progress) if compose_verl else "verl layer skipped (--skip-verl)"
     return ValidationReport(results, status)
 
 
-def _compose_verl(results: list[FileResult], verl_runs: dict[Path, list]) -> str:
+def _compose_verl(results: list[FileResult], verl_runs: dict[Path, list], progress=None) -> str:
     from cancelctl.backends.verl import validate_runs, verl_available
 
     if not verl_available():
         return "verl layer skipped: verl is not installed (pip install 'cancelctl[verl]')"
     # One call for all files: verl is imported once and identical override sets compose once.
-    outcome = validate_runs([run for runs in verl_runs.values() for run in runs])
+    outcome = validate_runs([run for runs in verl_runs.values() for run in runs], progress=progress)
     by_run: dict[str, list[str]] = {}
     for issue in outcome:
         by_run.setdefault(issue.run_id, []).append(str(issue))

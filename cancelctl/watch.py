@@ -200,6 +200,16 @@ class SweepView:
         return sum(run.gen_tokens or 0.0 for run in self.runs)
 
     @property
+    def steps_progress(self) -> tuple[int, int]:
+        """(steps done, steps planned) over the runs: a completed run counts in full."""
+        done = total = 0
+        for run in self.runs:
+            if run.steps:
+                total += run.steps
+                done += run.steps if run.state == "completed" else min(run.step or 0, run.steps)
+        return done, total
+
+    @property
     def alerts(self) -> list[tuple[str, Alert]]:
         return sorted(((run.name, a) for run in self.runs for a in run.alerts), key=lambda p: (p[1].step, p[0]))
 
@@ -426,7 +436,8 @@ def event_lines(previous: dict[str, str], view: SweepView) -> list[str]:
         before = previous.get(run.run_id)
         if before is not None and before != run.state:
             why = f" ({run.reason})" if run.reason and run.state not in ACTIVE else ""
-            lines.append(f"{run.name}: {before} -> {run.state} at {_step(run)}{why}")
+            at = f" at {_step(run)}" if run.step is not None else ""
+            lines.append(f"{run.name}: {before} -> {run.state}{at}{why}")
     lines.extend(_alert_line(name, alert) for name, alert in view.new_alerts)
     if lines:
         lines.append(totals_line(view, ""))
@@ -443,6 +454,9 @@ def totals_line(view: SweepView, title: str) -> str:
     alerts = view.alerts
     stops = sum(a.action == "stop" for _, a in alerts)
     parts += [f"{_tokens(view.gen_tokens)} generated tokens", f"{len(alerts)} alerts ({stops} stop)"]
+    done_steps, total_steps = view.steps_progress
+    if total_steps:  # progress inside the runs, not only whole runs
+        parts.append(f"steps {done_steps}/{total_steps} ({100 * done_steps // total_steps}%)")
     return (f"{title}: " if title else "") + ", ".join(parts)
 
 
@@ -477,8 +491,9 @@ def _alert_line(name: str, alert: Alert) -> str:
 
 
 def _step(run: RunView) -> str:
-    step = "-" if run.step is None else str(run.step)
-    return f"{step}/{run.steps}" if run.steps is not None else step
+    if run.step is None:  # no step logged yet: starting (imports, warm start) or not started
+        return "starting" if run.state == "running" else ""
+    return f"{run.step}/{run.steps}" if run.steps is not None else str(run.step)
 
 
 def _fmt(value: float | None, spec: str) -> str:

@@ -16,14 +16,17 @@ A run's folder is found by its run id: a folder named by bare hash (older work d
 
 from __future__ import annotations
 
+import errno
 import functools
+import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from cancelctl.errors import ArgumentError, SweepNotFound
 from cancelctl.fileio import read_json
-from cancelctl.manifest import ManifestStore
+from cancelctl.manifest import Manifest, ManifestStore, RunEntry
 
 SWEEPS = "sweeps"
 RUNS = "runs"
@@ -116,6 +119,44 @@ class RunFolder:
     def stopped_prev(self) -> Path:
         return self.path / STOPPED_PREV_JSON
 
+    def last_step(self) -> int | None:
+        """The step of the last complete line of metrics.jsonl (reads only the file's tail)."""
+        try:
+            with open(self.metrics, "rb") as handle:
+                size = handle.seek(0, 2)
+                handle.seek(max(0, size - 8192))
+                tail = handle.read()
+        except OSError:
+            return None
+        for raw in reversed(tail.split(b"\n")):
+            try:
+                return int(json.loads(raw)["step"])
+            except (ValueError, KeyError, TypeError):
+                continue
+        return None
+
+    def metrics_damage(self) -> str | None:
+        """Why metrics.jsonl cannot be trusted whole, or None: its last line is cut short (a write
+        interrupted by a full disk or a crash, a copy cut off) — the points after the last complete
+        line are lost, which a reader must say instead of reporting a shorter run."""
+        try:
+            with open(self.metrics, "rb") as handle:
+                size = handle.seek(0, 2)
+                if size == 0:
+                    return None
+                handle.seek(max(0, size - 65536))
+                tail = handle.read()
+        except OSError:
+            return None
+        if tail.endswith(b"\n"):
+            return None
+        complete = tail.rpartition(b"\n")[0].rpartition(b"\n")[2]
+        try:
+            after = f"after step {int(json.loads(complete)['step'])}"
+        except (ValueError, KeyError, TypeError):
+            after = "in its first line"
+        return f"{self.metrics} is truncated {after} (its last line is cut short at byte {size}): later points are lost"
+
     @property
     def sweep_manifest(self) -> Path:
         """The manifest of the sweep this folder belongs to (runs/<folder> -> <sweep>/manifest.json)."""
@@ -137,7 +178,7 @@ class SweepPaths:
 
     @property
     def store(self) -> ManifestStore:
-        return ManifestStore(self.manifest)
+        return ManifestStore(self.manifest, recover=lambda: rebuild_manifest(self))
 
     @property
     def submit_lock(self) -> Path:
@@ -194,15 +235,39 @@ def _scan(runs_dir: Path) -> dict[str, str]:
     return {entry.rpartition(ID_SEPARATOR)[2]: entry for entry in entries if ID_SEPARATOR in entry}
 
 
+# a sweep's name, as the sweep file's `name:` allows it: one path component
+SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def check_name(name: str, what: str = "sweep name", pattern: re.Pattern[str] | None = None) -> str:
+    """`name` if it is one path component (no `/` or `\\`, not `.`/`..`, no `..`, no leading dot or
+    dash, no control characters) matching `pattern`; the one check every verb's sweep and run names
+    go through, so none reads or writes outside the work dir or results/. ArgumentError (exit 2)."""
+    ok = (
+        isinstance(name, str) and 0 < len(name) <= 200 and name[0] not in ".-" and ".." not in name
+        and not any(c in name for c in "/\\") and name.isprintable() and (pattern is None or pattern.match(name))
+    )
+    if not ok:
+        allowed = "letters, digits, '_', '.', '-'" if pattern is SWEEP_NAME else "no '/', no '..', no leading '.'"
+        raise ArgumentError(f"{what} {name!r}: must be one path component ({allowed}), as `cancelctl plan` shows it")
+    return name
+
+
+def check_sweep_name(name: str) -> str:
+    """`name` if it is a sweep name (the sweep file's `name:`, one path component)."""
+    return check_name(name, "sweep name", SWEEP_NAME)
+
+
 def sweep_paths(workdir: Path, sweep: str) -> SweepPaths:
-    return SweepPaths(Path(workdir).resolve(), sweep)
+    return SweepPaths(Path(workdir).resolve(), check_sweep_name(sweep))
 
 
 def known_sweeps(workdir: Path) -> list[str]:
     root = Path(workdir) / SWEEPS
     if not root.is_dir():
         return []
-    return sorted(p.parent.name for p in root.glob(f"*/{MANIFEST_JSON}"))
+    found = {p.parent.name for pattern in (f"*/{MANIFEST_JSON}", f"*/{RUNS}") for p in root.glob(pattern)}
+    return sorted(name for name in found if SWEEP_NAME.match(name))  # a lost manifest: its run folders remain
 
 
 def latest_sweep(workdir: Path) -> str | None:
@@ -220,13 +285,17 @@ def latest_sweep(workdir: Path) -> str | None:
 
 
 def existing_sweep(workdir: Path, sweep: str | None) -> SweepPaths:
-    """Paths of `sweep` (the latest when None); FileNotFoundError when there is no such sweep."""
+    """Paths of `sweep` (the latest when None); SweepNotFound (a FileNotFoundError, exit 2) when no
+    sweep of that name has been run in `workdir`."""
     name = sweep or latest_sweep(workdir)
     if name is None:
-        raise FileNotFoundError(f"no sweep has been launched in {Path(workdir).resolve()}")
+        raise SweepNotFound(f"no sweep has been run in {Path(workdir).resolve()} yet (run `cancelctl sweep FILE` first)")
     paths = sweep_paths(workdir, name)
-    if not paths.store.exists():
-        raise FileNotFoundError(f"no sweep {name!r} in {paths.workdir} (known: {', '.join(known_sweeps(workdir)) or 'none'})")
+    if not paths.store.exists() and not paths.runs_dir.is_dir():
+        raise SweepNotFound(
+            f"sweep {name!r} has not been run in {paths.workdir} (known: {', '.join(known_sweeps(workdir)) or 'none'}); "
+            "run `cancelctl sweep FILE` first, or pass --workdir"
+        )
     return paths
 
 
@@ -240,3 +309,47 @@ def sweep_run_folders(workdir: Path, sweep: str) -> list[tuple[dict, RunFolder]]
     runs_dir = sweep_paths(workdir, sweep).runs_dir
     found = ((read_json(path), RunFolder(path.parent)) for path in sorted(runs_dir.glob(f"*/{RUN_JSON}")))
     return [(record, folder) for record, folder in found if isinstance(record, dict)]
+
+
+def rebuild_manifest(paths: SweepPaths) -> Manifest | None:
+    """A manifest rebuilt from the sweep's run folders (run.json), for a manifest lost or damaged;
+    None when there are no run folders. Runs keep their folders, so a finished run stays finished
+    (result.json) and an interrupted one resumes from its checkpoint; submissions (job ids) are
+    not in the run folders: a run without a result is submitted again by the next launch."""
+    runs: dict[str, RunEntry] = {}
+    executors: set[str] = set()
+    stamp = None
+    for record, folder in sweep_run_folders(paths.workdir, paths.sweep):
+        run = record.get("run") if isinstance(record.get("run"), dict) else {}
+        run_id, name = record.get("run_id") or run.get("run_id"), record.get("name") or run.get("name")
+        if not run_id or not name:
+            continue
+        spec = run.get("spec") or {}
+        runs[run_id] = RunEntry(name, str(run.get("arm", "")), int(run.get("seed", 0)), str(run.get("group", "")),
+                                steps=(spec.get("budget") or {}).get("steps"))
+        executors.add(str(spec.get("executor") or "local"))
+        try:
+            mtime = folder.run_json.stat().st_mtime
+        except OSError:
+            continue
+        stamp = mtime if stamp is None else min(stamp, mtime)
+    if not runs:
+        return None
+    return Manifest(sweep=paths.sweep, executor=min(executors), created_at=stamp or 0.0, runs=runs)
+
+
+_OS_ERROR_HINTS = {
+    errno.ENOSPC: "free space there (or pass --workdir elsewhere), then rerun; runs that failed on it resume with --retry-failed",
+    errno.EDQUOT: "your disk quota is used up: free space (or pass --workdir elsewhere), then rerun with --retry-failed",
+    errno.EROFS: "the file system is read-only: pass --workdir (or set $CANCELCTL_WORKDIR) to a writable place",
+    errno.EACCES: "no permission to write there: fix its permissions or pass --workdir elsewhere",
+    errno.EPERM: "no permission to write there: fix its permissions or pass --workdir elsewhere",
+}
+
+
+def os_error_message(exc: OSError) -> str:
+    """One screen for an OS error met on the work dir: the cause, the path, what to do."""
+    cause = exc.strerror or type(exc).__name__
+    where = f": {exc.filename}" if exc.filename else ""
+    hint = _OS_ERROR_HINTS.get(exc.errno or -1)
+    return f"{cause}{where}" + (f" — {hint}" if hint else "")

@@ -39,6 +39,10 @@ class LossInfo:
     default_agg_mode: str
     needs_groups: bool = False
     source: str = ""
+    # (ε_low, ε_high) when a spec sets no clip: token-ratio losses clip at 0.2; the length-normalised
+    # sequence ratio of GSPO (and DFPO, built on it) stays within ~1e-3 of 1, so the GSPO paper clips
+    # it at 3e-4 / 4e-4 (Zheng et al. 2025, §5.1) — 0.2 would leave it unclipped
+    default_clip: tuple[float, float] = (0.2, 0.2)
 
 
 LOSSES: dict[str, LossInfo] = {}
@@ -79,12 +83,14 @@ def needs_groups(name: str) -> bool:
 for _info in (
     LossInfo("grpo", "losses.pg:grpo", "losses.pg:token_row_weights", "token-mean", source="[H eq. 2]"),
     LossInfo("dapo", "losses.pg:dapo", "losses.pg:token_row_weights", "token-mean", source="[H §4.3]"),
-    LossInfo("gspo", "losses.pg:gspo", "losses.pg:sequence_row_weights", "seq-mean-token-mean", source="[D eq. 42-44]"),
+    LossInfo("gspo", "losses.pg:gspo", "losses.pg:sequence_row_weights", "seq-mean-token-mean", source="[D eq. 42-44]",
+             default_clip=(3e-4, 4e-4)),
     LossInfo(
         "grpo_symclip", "losses.pg:grpo_symclip", "losses.pg:symclip_row_weights", "token-mean", source="[D eq. 79-80]"
     ),
     LossInfo(
-        "dfpo", "losses.dfpo:dfpo", "losses.dfpo:dfpo_row_weights", "seq-mean-token-mean", True, source="[D App. B]"
+        "dfpo", "losses.dfpo:dfpo", "losses.dfpo:dfpo_row_weights", "seq-mean-token-mean", True, source="[D App. B]",
+        default_clip=(3e-4, 4e-4),
     ),
 ):
     register_loss(_info)

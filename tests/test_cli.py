@@ -238,3 +238,143 @@ def test_sweep_wait_on_a_scheduler_follows_the_runs_in_the_watch_view(tmp_path, 
     out = result.output
     assert "followed: 0/2 done, 0 running, 0 waiting, 1 stopped, 1 failed" in out  # watch's plain summary
     assert "FAILED" in out and "followed: 1 failed, 1 stopped" in out
+
+
+# ---------------------------------------------------------------------------------- trust: names, titles, misdiagnoses
+
+
+@pytest.fixture(scope="module")
+def ran_sweep(tmp_path_factory):
+    """A finished tiny debug sweep (arms grpo, gspo; one seed): (work dir, sweep file)."""
+    import shutil
+
+    from sweep_files import write_sweep
+
+    from cancelctl.launch import launch_sweep
+    from cancelctl.plan import load_sweep
+
+    root = tmp_path_factory.mktemp("trust")
+    path = write_sweep(root, "rt", seeds=(0,), steps=2, baseline="grpo")
+    launched = launch_sweep(load_sweep(path), workdir=root / "work", executor="debug")
+    assert launched.ok, launched.errors
+    yield root / "work", path
+    shutil.rmtree(root / "results", ignore_errors=True)
+
+
+def copy_of(workdir, tmp_path):
+    """A copy of the work dir whose run.json files point at the copy's own MLflow store."""
+    import shutil
+
+    shutil.copytree(workdir, tmp_path / "work")
+    for record in (tmp_path / "work").glob("sweeps/*/runs/*/run.json"):
+        record.write_text(record.read_text().replace(str(workdir), str(tmp_path / "work")))
+    return tmp_path / "work"
+
+
+@pytest.mark.parametrize("verb", ["status", "cancel", "report", "watch", "logs"])
+@pytest.mark.parametrize("name", ["../../x", "../sweeps/rt", "rt/../rt", "..", "/etc", ".hidden"])
+def test_every_verb_refuses_a_sweep_name_that_is_not_one_path_component(verb, name, ran_sweep, tmp_path, monkeypatch):
+    workdir, _ = ran_sweep
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, [verb, name, "-w", str(workdir)])
+    assert result.exit_code == 2, result.output
+    assert "one path component" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("verb", ["status", "cancel", "report", "watch"])
+def test_an_unknown_sweep_is_named_as_such_exit_2(verb, ran_sweep):
+    result = runner.invoke(app, [verb, "nosuch", "-w", str(ran_sweep[0])])
+    assert result.exit_code == 2, result.output
+    assert "unknown sweep" in result.output and "has not been run" in result.output and "known: rt" in result.output
+    assert "invalid experiment spec" not in result.output and "baseline" not in result.output
+
+
+def test_argument_errors_say_they_are_about_arguments(ran_sweep, tmp_path):
+    _, path = ran_sweep
+    for args in (["sweep", str(path), "--executor", "foo", "-w", str(tmp_path)], ["render", str(path), "--run", "nope"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and "invalid argument" in result.output, result.output
+        assert "invalid experiment spec" not in result.output
+
+
+def test_a_metric_typo_lists_the_known_metrics_exit_2(ran_sweep, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["report", "rt", "-w", str(ran_sweep[0]), "--metric", "critic/scor/mean"])
+    assert result.exit_code == 2, result.output
+    assert "not logged" in result.output and "did you mean: critic/score/mean" in result.output
+    assert "known metrics" in result.output and "actor/entropy" in result.output
+
+
+def test_report_on_a_running_sweep_warns_and_exits_1_unless_unfinished_runs_are_included(ran_sweep, tmp_path, monkeypatch):
+    from cancelctl.tracking import SyncState, default_tracking_uri
+    from cancelctl.tracking.runs import client_for
+    from cancelctl.workdir import sweep_run_folders
+
+    workdir = copy_of(ran_sweep[0], tmp_path)
+    monkeypatch.chdir(tmp_path)
+    record, folder = sweep_run_folders(workdir, "rt")[1]
+    uri = default_tracking_uri(workdir)
+    client_for(uri).update_run(record["mlflow_run_id"], status="RUNNING")  # as while the run trains
+    sync = SyncState.load(folder.path)
+    sync.final_status = None
+    sync.save(folder.path)
+    result = runner.invoke(app, ["report", "rt", "-w", str(workdir)])
+    assert result.exit_code == 1, result.output
+    assert "incomplete report" in result.output and record["name"] in result.output and "--include-unfinished" in result.output
+    assert "include_unfinished" not in result.output.replace("--include-unfinished", "")
+    assert runner.invoke(app, ["report", "rt", "-w", str(workdir), "--include-unfinished"]).exit_code == 0
+
+
+def test_a_truncated_metrics_file_is_named_not_shown_as_a_shorter_run(ran_sweep, tmp_path, monkeypatch):
+    """metrics.jsonl cut mid-line, the tracking store gone: status and report say the file is truncated."""
+    from cancelctl.workdir import sweep_run_folders
+
+    workdir = copy_of(ran_sweep[0], tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (workdir / "mlflow.db").unlink()
+    _, folder = sweep_run_folders(workdir, "rt")[0]
+    data = folder.metrics.read_bytes()
+    end = data.index(b"\n")
+    folder.metrics.write_bytes(data[: end + 30])  # the first line whole, the second cut short
+    first = f"truncated after step {json.loads(data[:end])['step']}"
+    status = runner.invoke(app, ["status", "rt", "-w", str(workdir)], env={"COLUMNS": "400"})
+    assert status.exit_code == 0 and first in status.output, status.output
+    report = runner.invoke(app, ["report", "rt", "-w", str(workdir)], env={"COLUMNS": "400"})
+    assert first in report.output and "later points are lost" in report.output, report.output
+
+
+def test_version_list_and_logs(ran_sweep, tmp_path):
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"cancelctl {version('cancelctl')}"
+    workdir, path = ran_sweep
+    listed = runner.invoke(app, ["list", "-w", str(workdir)])
+    assert listed.exit_code == 0 and "rt" in listed.output and "2 completed" in listed.output, listed.output
+    assert "no sweep has been run" in runner.invoke(app, ["list", "-w", str(tmp_path)]).output
+    from cancelctl.plan import load_sweep
+
+    run = load_sweep(path).runs[0]
+    for name in (run.name, run.run_id, run.run_id[:5]):
+        shown = runner.invoke(app, ["logs", name, "-w", str(workdir)])
+        assert shown.exit_code == 0 and f"rt / {run.name} ({run.run_id}): completed" in shown.output, shown.output
+        assert "error.txt (none)" in shown.output and "debug executor keeps no job log" in shown.output
+    missing = runner.invoke(app, ["logs", "nope", "-w", str(workdir)])
+    assert missing.exit_code == 2 and "no run 'nope' in sweep rt" in missing.output
+
+
+def test_ui_prints_a_loopback_mlflow_command_for_the_sweeps_store(ran_sweep):
+    workdir, _ = ran_sweep
+    result = runner.invoke(app, ["ui", "rt", "-w", str(workdir), "--port", "5123"])
+    assert result.exit_code == 0, result.output
+    expected = f"mlflow ui --backend-store-uri sqlite:///{workdir / 'mlflow.db'} --host 127.0.0.1 --port 5123"
+    assert expected in result.output
+    assert runner.invoke(app, ["ui", "nosuch", "-w", str(workdir)]).exit_code == 2
+
+
+def test_validate_shows_progress_as_plain_lines_when_piped():
+    files = [str(EXPERIMENTS / "lab-demo.yaml"), str(EXPERIMENTS / "group-size.yaml")]
+    result = runner.invoke(app, ["validate", "--skip-verl", *files])
+    assert result.exit_code == 0, result.output
+    assert f"checking {files[0]} (1/2)" in result.output and f"checking {files[1]} (2/2)" in result.output

@@ -375,3 +375,150 @@ def test_a_run_stopped_by_a_rule_is_stopped_kept_and_only_retried_when_asked(tmp
     assert state.state == "completed" and state.step == 6 and not (run_dir / "stopped.json").exists()
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert steps.count(2) == 1 and max(steps) == 6  # no step before the checkpoint was trained again
+
+
+# ---------------------------------------------------------------------------------- interruptions
+
+
+def test_runs_of_an_earlier_spec_version_are_stale_not_failures(tmp_path, workdir):
+    """A run that failed under an earlier version of the sweep file (no longer planned) does not keep
+    `sweep` failing; status counts only the planned runs and lists the old one as stale."""
+    from typer.testing import CliRunner
+
+    from cancelctl.cli import app
+
+    arms = {"ok": {"algorithm": {"loss": "grpo"}}, "b": {"algorithm": {"loss": "grpo"}, "lab": {"fail_at_step": 1}}}
+    first = launch_sweep(load_sweep(write_sweep(tmp_path, "edited", arms=arms, seeds=(0,), steps=2)), workdir=workdir,
+                         executor="debug")
+    assert len(first.failed) == 1
+    arms["b"] = {"algorithm": {"loss": "grpo", "lr": 2.0e-3}}  # the arm fixed: a new run id
+    edited = load_sweep(write_sweep(tmp_path, "edited", arms=arms, seeds=(0,), steps=2))
+    second = launch_sweep(edited, workdir=workdir, executor="debug")
+    assert second.ok and second.failed == [], second.errors
+    assert any("no longer planned" in w and "b-s0" in w for w in second.warnings), second.warnings
+    assert sorted(s.run_id for s in sweep_status(workdir, "edited")) == sorted(r.run_id for r in edited.runs)
+    stale = [s for s in sweep_status(workdir, "edited", include_stale=True) if s.stale]
+    assert [(s.run_id, s.state) for s in stale] == [(first.failed[0], "failed")]
+    shown = CliRunner().invoke(app, ["status", "edited", "-w", str(workdir)])
+    assert shown.exit_code == 0 and "edited: 2 completed" in shown.output and "stale: 1 run(s)" in shown.output, shown.output
+
+
+def test_a_local_run_killed_from_outside_is_interrupted_not_failed(tmp_path):
+    """No result and no error after its attempt started: SIGKILL, a closed terminal or the OOM killer
+    ended the process. A plain rerun resumes it (cancelled), it is no run failure."""
+    from cancelctl.executors.local import LocalExecutor
+    from cancelctl.manifest import Manifest, RunEntry
+    from cancelctl.runstate import RunState
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    manifest = Manifest(sweep="s", executor="local", runs={"r1": RunEntry("a-s0", "a", 0)})
+    sub = manifest.add_submission("local", ["r1"], state="submitted", job_id="999999999", pid_start=1)
+    (run_dir / "attempts.jsonl").write_text(json.dumps({"event": "start", "token": sub.token, "pid": 999999999}) + "\n")
+    state = RunState("r1", "a-s0", "a", 0, "unsubmitted", run_dir=run_dir)
+    LocalExecutor().classify(state, manifest, manifest.runs["r1"], sub, 0, {}, time.time())
+    assert state.state == "cancelled" and "killed" in state.reason and "rerun resumes" in state.reason
+
+
+def test_a_closed_terminal_interrupts_the_sweep_and_a_plain_rerun_completes_it(tmp_path, workdir):
+    """SIGHUP to `cancelctl sweep`'s process group (the terminal closed) mid-run: one line saying how
+    to resume, no run left failed, and a plain rerun completes every run."""
+    path = write_sweep(tmp_path, "hangup", arms={"grpo": {"algorithm": {"loss": "grpo"}}}, steps=30)
+    sweep = load_sweep(path)
+    paths = sweep_paths(workdir, sweep.name)
+    cli = subprocess.Popen([sys.executable, "-m", "cancelctl.cli", "sweep", str(path), "-w", str(workdir)],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           env={**os.environ, "CANCELCTL_LOCAL_PARALLEL": "2"})
+    try:
+        _wait_for(lambda: any((last_step(paths.run_dir(r.run_id)) or 0) >= 2 for r in sweep.runs), 150, "a run at step 2")
+        os.killpg(cli.pid, signal.SIGHUP)
+        out, err = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            os.killpg(cli.pid, signal.SIGKILL)
+    assert cli.returncode == 128 + signal.SIGHUP, (out, err)
+    assert "interrupted (SIGHUP)" in err and f"resume with: cancelctl sweep {path} -w {workdir}" in err
+    assert "Traceback" not in err
+    def ended():
+        states = sweep_status(workdir, sweep.name)
+        return None if any(s.active for s in states) else states
+
+    states = _wait_for(ended, 60, "runs to end")
+    assert "failed" not in {s.state for s in states}, [(s.name, s.state, s.reason) for s in states]
+    rerun = launch_sweep(sweep, workdir=workdir, executor="local")
+    assert [s.state for s in rerun.states] == ["completed"] * 2 and rerun.ok
+
+
+# ---------------------------------------------------------------------------------- a full or read-only disk
+
+
+def test_a_full_disk_fails_the_run_with_its_cause_and_a_retry_logs_no_step_twice(tmp_path, workdir, monkeypatch):
+    """ENOSPC in the checkpoint write after steps 5-6 were logged (and in error.txt's own write): the
+    run fails with "No space left on device: <path>" as its reason; once space returns,
+    --retry-failed resumes from step 4 and metrics.jsonl and MLflow hold every step once."""
+    import errno
+    import pathlib
+
+    from mlflow import MlflowClient
+
+    from cancelctl.backends.lab import checkpoint
+    from cancelctl.tracking import default_tracking_uri
+
+    base = {"lab": {**TINY_LAB, "checkpoint_every": 4}}
+    sweep = load_sweep(write_sweep(tmp_path, "full", arms={"grpo": {"algorithm": {"loss": "grpo"}}}, seeds=(0,),
+                                   steps=6, base=base))
+    (run,) = sweep.runs
+    save, write_text = checkpoint.save, pathlib.Path.write_text
+
+    def full_disk_save(run_dir, state):
+        if state["progress"]["step"] >= 6:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(run_dir) / "checkpoint.pt"))
+        return save(run_dir, state)
+
+    def full_disk_write_text(self, *args, **kwargs):
+        if self.name == "error.txt":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "save", full_disk_save)
+    monkeypatch.setattr(pathlib.Path, "write_text", full_disk_write_text)
+    first = launch_sweep(sweep, workdir=workdir, executor="debug")
+    run_dir = sweep_paths(workdir, sweep.name).run_dir(run.run_id)
+    cause = f"No space left on device: {run_dir / 'checkpoint.pt'}"
+    assert first.failed == [run.run_id] and cause in first.errors[run.run_id], first.errors
+    (state,) = sweep_status(workdir, sweep.name)
+    assert state.state == "failed" and cause in state.reason and "killed" not in state.reason
+
+    monkeypatch.undo()  # space returns
+    retry = launch_sweep(sweep, workdir=workdir, executor="debug", retry_failed=True)
+    assert retry.ok and [s.state for s in retry.states] == ["completed"]
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert sorted(steps) == list(range(7)), steps
+    record = json.loads((run_dir / "run.json").read_text())
+    history = MlflowClient(default_tracking_uri(workdir)).get_metric_history(record["mlflow_run_id"], "actor/pg_loss")
+    assert sorted(m.step for m in history) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_read_only_work_dir_is_one_screen_naming_path_and_cause(tmp_path, monkeypatch):
+    """EROFS (as root, chmod stops nothing: the error is injected) on the first write of a sweep."""
+    import errno
+    import pathlib
+
+    from typer.testing import CliRunner
+
+    from cancelctl.cli import app
+
+    path = write_sweep(tmp_path, "ro", arms={"grpo": {"algorithm": {"loss": "grpo"}}}, seeds=(0,), steps=1)
+    workdir = tmp_path / "ro-work"
+    mkdir = pathlib.Path.mkdir
+
+    def read_only_mkdir(self, *args, **kwargs):
+        if str(self).startswith(str(workdir)):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", read_only_mkdir)
+    result = CliRunner().invoke(app, ["sweep", str(path), "-w", str(workdir), "--executor", "debug"])
+    assert result.exit_code == 1, result.output
+    assert f"Read-only file system: {workdir}" in result.output and "--workdir" in result.output
+    assert "Traceback" not in result.output and len(result.output.splitlines()) <= 4

@@ -113,3 +113,21 @@ def test_learning_rate_default_follows_the_backend(write_yaml):
 def test_lab_planned_compute_uses_the_lab_response_cap(write_yaml):
     spec = load_sweep(write_yaml("name: cap\nbase: {backend: lab, rollout: {G: 2}}\n")).runs[0].spec
     assert spec.max_new_tokens == spec.lab.max_response_tokens == 16  # not data.max_response_length (4096)
+
+
+def test_an_unset_clip_takes_its_losss_published_range_and_plan_shows_it(write_yaml):
+    """GSPO's sequence ratio stays within ~1e-3 of 1: with the token losses' 0.2 it would never clip.
+    An arm naming gspo (or dfpo, built on it) and no clip gets GSPO's 3e-4 / 4e-4; explicit values win."""
+    from typer.testing import CliRunner
+
+    from cancelctl.cli import app
+
+    path = write_yaml(
+        "name: clips\nbase: {backend: lab}\narms:\n  g: {algorithm: {loss: grpo}}\n  s: {algorithm: {loss: gspo}}\n"
+        "  d: {algorithm: {loss: dfpo}}\n  e: {algorithm: {loss: gspo, clip_low: 0.1, clip_high: 0.1}}\n"
+        "  h: {algorithm: {loss: gspo, clip_high: 0.3}}\n"
+    )
+    clips = {r.arm: (r.spec.algorithm.clip_low, r.spec.algorithm.clip_high) for r in load_sweep(path).runs}
+    assert clips == {"g": (0.2, 0.2), "s": (3e-4, 4e-4), "d": (3e-4, 4e-4), "e": (0.1, 0.1), "h": (3e-4, 0.3)}
+    shown = CliRunner().invoke(app, ["plan", str(path)], env={"COLUMNS": "300"})
+    assert shown.exit_code == 0 and "0.0003/0.0004" in shown.output and "0.2/0.2" in shown.output, shown.output

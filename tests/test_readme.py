@@ -89,6 +89,10 @@ LOCAL_EXAMPLES = {
     "cancelctl report lab-demo --threshold 0.6 --compute updates",
     "cancelctl report lab-demo --claims-only",
     "cancelctl bench losses --rows 256 --tokens 1024 --group 8",
+    "cancelctl list",
+    "cancelctl logs gspo-G=4-s0",
+    "cancelctl ui lab-demo",
+    "cancelctl --version",
 }
 SLURM_EXAMPLES = {
     "cancelctl sweep experiments/lab-demo.yaml --executor slurm --no-wait",
@@ -127,6 +131,11 @@ def test_spec_examples(project):
     assert json.loads((project / "schema" / "sweep.schema.json").read_text())["title"] == "cancelctl sweep"
 
 
+def test_version_example():
+    result = cli("cancelctl --version", ROOT)
+    assert result.exit_code == 0 and result.output.startswith("cancelctl ")
+
+
 @pytest.mark.slow
 def test_demo_and_the_examples_on_its_work_dir(project):
     """README line 1 for real: 24 lab runs on the local executor, then the report (≤ 5 min target)."""
@@ -160,6 +169,12 @@ def test_demo_and_the_examples_on_its_work_dir(project):
     assert result.exit_code == 0, result.output
     result = cli("cancelctl report lab-demo --claims-only", project)
     assert result.exit_code == 0 and "Claims" in result.output and "Compute@Reward" not in result.output, result.output
+    result = cli("cancelctl list", project)
+    assert result.exit_code == 0 and "24 completed" in result.output, result.output
+    result = cli("cancelctl logs gspo-G=4-s0", project)
+    assert result.exit_code == 0 and "gspo-G=4-s0" in result.output and "job stderr" in result.output, result.output
+    result = cli("cancelctl ui lab-demo", project)
+    assert result.exit_code == 0 and "mlflow ui --backend-store-uri sqlite:///" in result.output, result.output
 
 
 @pytest.mark.slow
@@ -187,3 +202,9 @@ def test_slurm_examples(tmp_path, monkeypatch):
     assert result.exit_code == 0 and "cancelled" in result.output
     squeue = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
     assert "lab-demo" not in squeue
+
+
+def test_readme_documents_every_lab_field():
+    from cancelctl.schema import lab_fields_markdown
+
+    assert lab_fields_markdown() in README

@@ -106,11 +106,11 @@ def test_plain_view_prints_changes_while_runs_go_on(tmp_path):
     result = watch(lambda: [Status("r1", "grpo-s0", states["r1"], 4, run_dir), other], title="t", console=console,
                    refresh_s=0.5, sleep=sleep)  # fmt: skip
     lines = out.getvalue().splitlines()
-    assert lines[0] == "t: 0/2 done, 1 running, 1 waiting, 700 generated tokens, 0 alerts (0 stop)"
+    assert lines[0] == "t: 0/2 done, 1 running, 1 waiting, 700 generated tokens, 0 alerts (0 stop), steps 2/8 (25%)"
     assert lines[1] == "WARN grpo-s0 step 3 pcc_drop: fell"
-    assert lines[2] == "0/2 done, 1 running, 1 waiting, 700 generated tokens, 1 alerts (0 stop)"
-    assert lines[3:5] == ["grpo-s0: running -> completed at 2/4", "gspo-s0: pending -> failed at -/4 (OOM)"]
-    assert lines[5] == "1/2 done, 0 running, 0 waiting, 1 failed, 700 generated tokens, 1 alerts (0 stop)"
+    assert lines[2] == "0/2 done, 1 running, 1 waiting, 700 generated tokens, 1 alerts (0 stop), steps 2/8 (25%)"
+    assert lines[3:5] == ["grpo-s0: running -> completed at 2/4", "gspo-s0: pending -> failed (OOM)"]
+    assert lines[5] == "1/2 done, 0 running, 0 waiting, 1 failed, 700 generated tokens, 1 alerts (0 stop), steps 4/8 (50%)"
     assert lines[6].startswith("run ") and lines[-1] == "WARN grpo-s0 step 3 pcc_drop: fell"
     assert result.view.counts == {"completed": 1, "failed": 1}
 
@@ -245,3 +245,16 @@ def test_pushed_view_in_a_terminal_is_live_and_ends_with_the_totals(tmp_path):
     text = out.getvalue()
     assert "reward trend" in text and "STOP reward_collapse@5" in text  # the live table was drawn
     assert text.rstrip().splitlines()[-1].replace("\x1b[?25h", "").startswith("demo: 1/4 done, 0 running")
+
+
+def test_a_run_without_a_step_yet_shows_starting_not_a_dash():
+    """The warm start logs no step: "starting", never "-/10"; the totals count steps inside the runs."""
+    from cancelctl.watch import RunView, SweepView, _step, totals_line
+
+    def run(state, step, steps=10):
+        return RunView("r", "a-s0", state, "", step, steps, None, None, None, [], None, None, [], None)
+
+    assert _step(run("running", None)) == "starting" and _step(run("pending", None)) == ""
+    assert _step(run("running", 3)) == "3/10"
+    view = SweepView([run("running", 3), run("completed", 10), run("running", None)])
+    assert totals_line(view, "s").endswith("steps 13/30 (43%)")

@@ -56,7 +56,7 @@ def test_run_folder_names_every_file_of_a_run(tmp_path):
 
 def test_latest_sweep_is_the_one_launched_last(tmp_path):
     assert latest_sweep(tmp_path) is None
-    with pytest.raises(FileNotFoundError, match="no sweep has been launched"):
+    with pytest.raises(FileNotFoundError, match="no sweep has been run"):
         existing_sweep(tmp_path, None)
     now = time.time()
     for name, launched in (("b", now - 10), ("a", now), ("c", None)):
@@ -100,3 +100,65 @@ def test_an_existing_bare_hash_folder_is_found_and_used(tmp_path, workdir):
     assert sorted(p.name for p in legacy.parent.iterdir()) == [run.run_id]
     assert RunFolder(legacy).run_json.exists()  # run.json written into the old folder
     assert [r["run_id"] for r in sweep_run_records(workdir, sweep.name)] == [run.run_id]
+
+
+# ---------------------------------------------------------------------------------- a damaged manifest
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory):
+    from sweep_files import write_sweep
+
+    root = tmp_path_factory.mktemp("damaged")
+    path = write_sweep(root, "dmg", seeds=(0,), steps=2)
+    assert launch_sweep(load_sweep(path), workdir=root / "work", executor="debug").ok
+    return root / "work", path
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "deleted", "not a manifest"])
+def test_a_damaged_or_lost_manifest_is_rebuilt_from_the_run_folders(damage, finished_sweep, tmp_path):
+    """status, report, sweep and sweep --dry-run after the manifest was cut short, emptied, deleted or
+    replaced: no traceback, finished runs stay finished, the dry run and the real run agree."""
+    from typer.testing import CliRunner
+
+    from cancelctl.cli import app
+
+    source, path = finished_sweep
+    workdir = tmp_path / "work"
+    shutil.copytree(source, workdir)
+    manifest = workdir / "sweeps" / "dmg" / "manifest.json"
+    text = manifest.read_text()
+    {"truncated": lambda: manifest.write_text(text[: len(text) // 2]), "empty": lambda: manifest.write_text(""),
+     "deleted": manifest.unlink, "not a manifest": lambda: manifest.write_text("[1, 2]")}[damage]()
+    runner = CliRunner()
+    status = runner.invoke(app, ["status", "-w", str(workdir)])
+    assert status.exit_code == 0 and "dmg: 2 completed" in status.output, status.output
+    assert sorted(p.name.split("-")[0] for p in manifest.parent.glob("manifest.json*")) == (
+        ["manifest.json"] if damage == "deleted" else ["manifest.json", "manifest.json.damaged"])
+    sweep = load_sweep(path)
+    dry = launch_sweep(sweep, workdir=workdir, executor="debug", dry_run=True)
+    real = launch_sweep(sweep, workdir=workdir, executor="debug")
+    assert dry.submitted == real.submitted == [] and len(dry.skipped_finished) == len(real.skipped_finished) == 2
+
+
+def test_a_damaged_manifest_with_no_run_folders_says_how_to_recover_and_sweep_starts_afresh(tmp_path):
+    from sweep_files import write_sweep
+    from typer.testing import CliRunner
+
+    from cancelctl.cli import app
+
+    workdir = tmp_path / "work"
+    manifest = workdir / "sweeps" / "fresh" / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text('{"version": 1, "swe')
+    runner = CliRunner()
+    for args in (["status", "fresh"], ["report", "fresh"], ["cancel", "fresh"]):
+        result = runner.invoke(app, [*args, "-w", str(workdir)])
+        assert result.exit_code == 1, result.output
+        assert f"{manifest}: unreadable sweep manifest" in result.output and f"mv {manifest}" in result.output
+        assert "Traceback" not in result.output
+    sweep = load_sweep(write_sweep(tmp_path, "fresh", seeds=(0,), steps=1))
+    dry = launch_sweep(sweep, workdir=workdir, executor="debug", dry_run=True)
+    assert sorted(dry.submitted) == sorted(r.run_id for r in sweep.runs)
+    real = launch_sweep(sweep, workdir=workdir, executor="debug")
+    assert sorted(real.submitted) == sorted(dry.submitted) and real.ok

@@ -136,8 +136,10 @@ class DrivenExecutor(Executor):
             state.state, state.reason = FAILED, error[1]
         elif not started:
             state.state, state.reason = UNSUBMITTED, "its process ended before the run started"
-        else:
-            state.state, state.reason = FAILED, f"process {sub.job_id} ended without a result (killed?); see {state.log}"
+        else:  # no result, no error: killed from outside (SIGKILL, a closed terminal, the OOM killer)
+            state.state = CANCELLED
+            state.reason = (f"interrupted: process {sub.job_id} was killed (no result, no error); "
+                            f"a rerun resumes it from its checkpoint" + (f"; see {state.log}" if state.log else ""))
 
     # -- cancel --------------------------------------------------------------------------------
 

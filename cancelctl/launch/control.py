@@ -32,15 +32,33 @@ def reconcile(paths: SweepPaths, *, wait_local: bool = True) -> None:
         get_executor(name).reconcile(paths, intents, wait=wait_local)
 
 
-def sweep_status(workdir: Path, sweep: str | None = None) -> list[RunState]:
-    """Per-run state (latest sweep when `sweep` is None). SLURM: one sacct call for the whole sweep;
-    local: the manifest, process liveness and the run folders' result/error files."""
+def sweep_status(workdir: Path, sweep: str | None = None, *, include_stale: bool = False) -> list[RunState]:
+    """Per-run state (latest sweep when `sweep` is None) of the runs its sweep file planned at the
+    last launch; `include_stale` adds runs of earlier versions (`RunState.stale`). SLURM: one sacct
+    call for the whole sweep; local: the manifest, process liveness and the run folders' files."""
     paths = existing_sweep(workdir, sweep)
     manifest = paths.store.load()
     if any(get_executor(s.executor).reconcile_on_status for s in manifest.intents()):
         _reconcile_if_idle(paths)
         manifest = paths.store.load()
-    return sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
+    states = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
+    return states if include_stale else [s for s in states if not s.stale]
+
+
+def list_sweeps(workdir: Path) -> list[tuple[str, list[RunState] | None, str]]:
+    """(sweep, states of its current runs or None, note) for every sweep of `workdir`, launched last first;
+    a sweep whose state cannot be read says why in the note instead of stopping the listing."""
+    from cancelctl.workdir import known_sweeps, sweep_paths
+
+    listed = []
+    for name in known_sweeps(workdir):
+        try:
+            manifest = sweep_paths(workdir, name).store.load()
+            states, note, stamp = sweep_status(workdir, name), manifest.file or "", manifest.launched_at or manifest.created_at
+        except Exception as exc:  # noqa: BLE001 - one broken sweep must not hide the others
+            states, note, stamp = None, f"unreadable: {exc}", 0.0
+        listed.append((stamp, name, states, note))
+    return [(name, states, note) for _, name, states, note in sorted(listed, key=lambda t: -t[0])]
 
 
 def _reconcile_if_idle(paths: SweepPaths) -> None:
@@ -148,4 +166,4 @@ def settle_tracking(states: list[RunState]) -> None:
             log.warning("run %s: could not mark its MLflow run %s (%s)", state.run_id, status, exc)
 
 
-__all__ = ["cancel_sweep", "latest_sweep", "reconcile", "settle_tracking", "sweep_status", "wait_for_sweep"]
+__all__ = ["cancel_sweep", "latest_sweep", "list_sweeps", "reconcile", "settle_tracking", "sweep_status", "wait_for_sweep"]

@@ -92,7 +92,7 @@ def launch_sweep(
     paths.sweep_dir.mkdir(parents=True, exist_ok=True)
     with file_lock(paths.submit_lock, SUBMIT_LOCK_TIMEOUT_S, what=f"sweep {sweep.name} submission") as lock_fd:
         runner.test_submission(paths, plan)
-        _register(paths, sweep, kind)
+        result.warnings.extend(_register(paths, sweep, kind))
         reconcile(paths)
         manifest = paths.store.load()
         states = {s.run_id: s for s in sweep_states(paths, manifest, driver_alive=driver_alive(manifest))}
@@ -126,7 +126,7 @@ def _progress_tick(paths: SweepPaths, progress: Progress | None):
     """The executor's driver reports steps; the progress bar wants the sweep's states."""
     if progress is None:
         return None
-    return lambda alive: progress(sweep_states(paths, paths.store.load(), driver_alive=alive))
+    return lambda alive: progress([s for s in sweep_states(paths, paths.store.load(), driver_alive=alive) if not s.stale])
 
 
 # ---------------------------------------------------------------------------------- planning
@@ -146,16 +146,25 @@ def executor_of(sweep: Sweep, override: str | None) -> str:
     return kinds[0] if kinds else DEFAULT_EXECUTOR
 
 
-def _register(paths: SweepPaths, sweep: Sweep, kind: str) -> None:
+def _register(paths: SweepPaths, sweep: Sweep, kind: str) -> list[str]:
+    """Record the sweep file's runs; returns a warning when runs of an earlier version are no longer planned."""
     with paths.store.update(create=Manifest(sweep=sweep.name, executor=kind)) as manifest:
         manifest.file, manifest.executor, manifest.launched_at = str(Path(sweep.file).resolve()), kind, time.time()
         manifest.baseline = sweep.spec.baseline
+        planned = [run.run_id for run in sweep.runs]
+        newly_stale = [e.name for run_id, e in manifest.runs.items() if run_id not in planned and manifest.is_current(run_id)]
+        manifest.planned = planned
         for run in sweep.runs:
             entry = manifest.runs.get(run.run_id)
             if entry is None:
                 manifest.runs[run.run_id] = RunEntry(run.name, run.arm, run.seed, run.group, steps=run.spec.budget.steps)
             else:
                 entry.name, entry.arm, entry.group, entry.steps = run.name, run.arm, run.group, run.spec.budget.steps
+    if not newly_stale:
+        return []
+    listed = ", ".join(sorted(newly_stale)[:6]) + (", ..." if len(newly_stale) > 6 else "")
+    return [(f"the sweep file changed: {len(newly_stale)} run(s) of its earlier version are no longer planned "
+             f"({listed}); they are kept as stale (not submitted, not counted by status, left out of the report)")]
 
 
 def _adopt_finished_in_store(
@@ -200,8 +209,8 @@ def _dry_run(paths: SweepPaths, sweep: Sweep, runner: Executor, plan, retry_fail
              retry_stopped: bool = False) -> LaunchResult:
     """What a launch would submit; writes nothing, submits nothing, asks the scheduler only for states."""
     states: dict[str, RunState] = {}
-    if paths.store.exists():
-        manifest = paths.store.load()
+    manifest = paths.store.peek()  # as a launch would see it, a lost manifest rebuilt from the run folders
+    if manifest is not None:
         states = {s.run_id: s for s in sweep_states(paths, manifest, driver_alive=driver_alive(manifest))}
     for run in sweep.runs:
         states.setdefault(run.run_id, RunState(run.run_id, run.name, run.arm, run.seed, UNSUBMITTED, steps=run.spec.budget.steps))

@@ -6,7 +6,6 @@ submission is its executor's business (`Executor.classify`).
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -14,7 +13,15 @@ from cancelctl.executors import get_executor
 from cancelctl.executors.base import Executor
 from cancelctl.fileio import read_json
 from cancelctl.jobs import read_attempts
-from cancelctl.manifest import ABANDONED, INTENT, SUBMIT_FAILED, SUBMITTED, Manifest, RunEntry, Submission
+from cancelctl.manifest import (
+    ABANDONED,
+    INTENT,
+    SUBMIT_FAILED,
+    SUBMITTED,
+    Manifest,
+    RunEntry,
+    Submission,
+)
 from cancelctl.runstate import (
     ACTIVE,
     CANCELLED,
@@ -41,10 +48,13 @@ def sweep_states(paths: SweepPaths, manifest: Manifest, *, driver_alive: bool) -
     executors = {sub.executor: get_executor(sub.executor) for sub, _ in filter(None, latest.values())}
     tasks = {name: executors[name].task_states(list(subs.values())) for name, subs in sorted(submitted.items())}
     now = time.time()
-    return [
+    states = [
         run_state(paths, manifest, run_id, entry, latest[run_id], executors, tasks, driver_alive, now)
         for run_id, entry in manifest.runs.items()
     ]
+    for state in states:
+        state.stale = not manifest.is_current(state.run_id)
+    return states
 
 
 def run_state(
@@ -80,6 +90,9 @@ def run_state(
     )
     if state.state in (COMPLETED, STOPPED) and not requeued:
         state.step = last_step(run_dir)
+        damage = folder.metrics_damage()
+        if damage:
+            state.reason = "; ".join(filter(None, [state.reason, damage]))
         return state
     state.state = UNSUBMITTED
     if entry.queued_at is not None:
@@ -108,19 +121,7 @@ def stop_reason(stop: dict) -> str:
 
 def last_step(run_dir: Path) -> int | None:
     """The step of the last complete line of metrics.jsonl (reads only the file's tail)."""
-    try:
-        with open(RunFolder(run_dir).metrics, "rb") as handle:
-            size = handle.seek(0, 2)
-            handle.seek(max(0, size - 8192))
-            tail = handle.read()
-    except OSError:
-        return None
-    for raw in reversed(tail.split(b"\n")):
-        try:
-            return int(json.loads(raw)["step"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return None
+    return RunFolder(run_dir).last_step()
 
 
 __all__ = ["ACTIVE", "CANCELLED", "COMPLETED", "FAILED", "PENDING", "QUEUED", "RUNNING", "STOPPED", "TERMINAL",

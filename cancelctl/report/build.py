@@ -14,7 +14,7 @@ import pandas as pd
 
 from cancelctl import analysis, verdicts
 from cancelctl.analysis import COMPUTE_KEYS
-from cancelctl.errors import SpecError
+from cancelctl.errors import ArgumentError, SpecError
 from cancelctl.report.alerts import SweepAlerts, alerts_table, leave_out_stopped
 from cancelctl.report.model import (
     CANNOT,
@@ -77,12 +77,13 @@ def build_report(
     table, and runs a rule stopped left out of the tables unless `include_stopped` (a note says so).
     """
     if compute not in COMPUTE_KEYS:
-        raise SpecError(f"--compute must be one of {', '.join(COMPUTE_KEYS)}, got {compute!r}", title=CANNOT)
+        raise ArgumentError(f"--compute must be one of {', '.join(COMPUTE_KEYS)}, got {compute!r}")
     if smooth_window < 1:
         raise SpecError(f"smooth_window must be >= 1, got {smooth_window}", title=CANNOT)
     stopped_notes: list[str] = []
     if alerts is not None:
         runs, stopped_notes = leave_out_stopped(runs, alerts.stopped, include_stopped)
+    check_metric(metric, metrics)
     prepared, prepare_notes = prepare_sweep(runs, metrics, baseline, include_unfinished, n_boot, seed)
     notes = [*notes, *stopped_notes, *prepare_notes]
     violations = analysis.check_compute_matched(prepared.runs.reset_index(drop=True), prepared.by_key, tol=token_tol)
@@ -117,6 +118,22 @@ def build_report(
     if console is not None:
         print_report(report, console)
     return report
+
+
+def check_metric(metric: str, metrics: pd.DataFrame) -> None:
+    """A --metric the sweep never logged (a typo) is refused with the keys it did log, closest first."""
+    import difflib
+
+    known = sorted(metrics["key"].astype(str).unique()) if "key" in metrics.columns else []
+    if metric in known or not known:
+        return
+    close = difflib.get_close_matches(metric, known, n=5, cutoff=0.5)
+    shown = known[:80]
+    raise ArgumentError(
+        ([f"did you mean: {', '.join(close)}"] if close else [])
+        + [f"known metrics ({len(known)}): {', '.join(shown)}{' ...' if len(known) > len(shown) else ''}"],
+        title=f"--metric {metric!r}: not logged by any run of this sweep",
+    )
 
 
 def claims_table(prepared, claims, kappa, allow_unmatched, token_tol, n_boot, seed) -> ReportTable:

@@ -77,6 +77,7 @@ class Report:
     plots: dict[str, Path] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    still_running: list[str] = field(default_factory=list)  # runs not ended yet, left out (report_sweep)
 
     @property
     def compute_matched(self) -> bool:
@@ -177,7 +178,7 @@ def prepare_sweep(
                 f"{len(left_out)} run(s) left out because they are not FINISHED ({counts}): "
                 + ", ".join(left_out["name"].fillna(left_out["run_id"]).astype(str).head(12))
                 + (" ..." if len(left_out) > 12 else "")
-                + " — pass include_unfinished to use them."
+                + " — pass --include-unfinished to use them."
             )
         selected = selected.loc[finished]
     if selected.empty:

@@ -8,8 +8,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from cancelctl.errors import SpecError
+from cancelctl.errors import SpecError, UnmatchedArmsError
 from cancelctl.report.build import build_report, default_report_dir
+
+NOT_RUN = "sweep not run yet"
+ACTIVE_STATES = ("RUNNING", "SCHEDULED")
 
 
 def report_sweep(
@@ -26,38 +29,65 @@ def report_sweep(
     console: Console | None = None,
     claims_only: bool = False,
     include_stopped: bool = False,
+    include_unfinished: bool = False,
 ):
+    """The report of `sweep` (the latest when None). Runs still running are left out; the returned
+    report lists them in `still_running` (empty with `include_unfinished`, which uses them)."""
     from cancelctl.report.alerts import read_sweep_alerts
     from cancelctl.tracking import resolve_tracking_uri
+    from cancelctl.workdir import existing_sweep
 
-    sweep = sweep or latest_sweep_name(workdir)
+    sweep = existing_sweep(workdir, sweep).sweep  # SweepNotFound: never run here (or not a sweep name)
     baseline = baseline or sweep_baseline(workdir, sweep)
     store_uri, experiment = sweep_tracking_target(workdir, sweep)
     uri = uri or store_uri or resolve_tracking_uri(None, workdir)
     runs, metrics, store_notes = collect_sweep(uri, experiment, workdir)
     if runs.empty:
-        raise SpecError(f"sweep {sweep!r}: no runs found in {uri} or under {workdir}")
+        raise SpecError(f"sweep {sweep!r} has not run yet: no runs in {uri} or under {workdir}", title=NOT_RUN)
     planned = current_sweep(workdir, sweep)
     runs, metrics, stale_notes = only_current_runs(runs, metrics, planned)
     if runs.empty:
-        raise SpecError(f"sweep {sweep!r}: none of the runs the sweep file plans now has run yet (cancelctl sweep FILE)")
-    return build_report(
-        runs,
-        metrics,
-        sweep=sweep,
-        baseline=baseline,
-        threshold=threshold,
-        compute=compute,
-        metric=metric,
-        out_dir=out or default_report_dir(sweep),
-        allow_unmatched=allow_unmatched,
-        console=console,
-        claims=list(planned.spec.claims) if planned is not None else [],
-        claims_only=claims_only,
-        notes=store_notes + stale_notes,
-        alerts=read_sweep_alerts(workdir, sweep),
-        include_stopped=include_stopped,
-    )
+        raise SpecError(f"sweep {sweep!r}: none of the runs the sweep file plans now has run yet (cancelctl sweep FILE)",
+                        title=NOT_RUN)
+    still_running = still_running_runs(runs)
+    damaged = damaged_metrics(workdir, sweep, set(runs["run_id"]))
+    try:
+        report = build_report(
+            runs, metrics, sweep=sweep, baseline=baseline, threshold=threshold, compute=compute, metric=metric,
+            out_dir=out or default_report_dir(sweep), allow_unmatched=allow_unmatched, console=console,
+            claims=list(planned.spec.claims) if planned is not None else [], claims_only=claims_only,
+            notes=store_notes + stale_notes + list(damaged.values()), alerts=read_sweep_alerts(workdir, sweep),
+            include_stopped=include_stopped, include_unfinished=include_unfinished,
+        )
+    except UnmatchedArmsError as exc:
+        if not damaged:
+            raise
+        raise SpecError(list(damaged.values()) + [str(i) for i in exc.issues],
+                        title="metrics.jsonl of some runs is truncated: their logged compute looks short "
+                              "(the run ran in full; its points after the cut are lost)") from None
+    report.still_running = [] if include_unfinished else still_running
+    return report
+
+
+def damaged_metrics(workdir: Path, sweep: str, run_ids: set[str]) -> dict[str, str]:
+    """run id -> why its metrics.jsonl is not whole (cut short), for the runs being reported."""
+    from cancelctl.workdir import sweep_run_folders
+
+    damaged = {}
+    for record, folder in sweep_run_folders(workdir, sweep):
+        why = folder.metrics_damage() if record.get("run_id") in run_ids else None
+        if why:
+            damaged[record["run_id"]] = f"{record.get('name', record['run_id'])}: {why}"
+    return damaged
+
+
+def still_running_runs(runs) -> list[str]:
+    """Names of the runs that have not ended (their MLflow run RUNNING or SCHEDULED): a report now is
+    a snapshot of a sweep in progress."""
+    if "state" not in runs.columns:
+        return []
+    active = runs.loc[runs["state"].isin(ACTIVE_STATES)]
+    return sorted(active["name"].fillna(active["run_id"]).astype(str))
 
 
 def sweep_baseline(workdir: Path, sweep: str) -> str:
@@ -69,7 +99,9 @@ def sweep_baseline(workdir: Path, sweep: str) -> str:
     if manifest is None or not manifest.baseline:
         arms = sorted({entry.arm for entry in manifest.runs.values()}) if manifest is not None else []
         known = f" (arms: {', '.join(arms)})" if arms else ""
-        raise SpecError(f"sweep {sweep!r} names no baseline arm: pass --baseline ARM{known}")
+        rebuilt = manifest is not None and not manifest.file  # rebuilt from the run folders: no sweep file known
+        hint = "; or run `cancelctl sweep FILE` once (it reruns nothing finished) to record the file's baseline" if rebuilt else ""
+        raise SpecError(f"sweep {sweep!r} names no baseline arm: pass --baseline ARM{known}{hint}", title="cannot build the report")
     return manifest.baseline
 
 

@@ -41,6 +41,7 @@ from cancelctl.backends.lab.task import VOCAB, ArithmeticTask
 from cancelctl.monitor import RunMonitor, lr_spike
 from cancelctl.plan import RunSpec
 from cancelctl.spec import AlgorithmSpec, ExperimentSpec
+from cancelctl.workdir import RunFolder
 from losses.metrics import dfpo_weight_dispersion
 
 LOGODDS_PROBES = 16  # eval prompts whose digits-vs-words log-odds is tracked [D App. A.3]
@@ -150,8 +151,12 @@ class LabRun:
         spec = self.spec
         if spec.lab.fail_at_step == 0:
             raise RuntimeError("lab.fail_at_step=0: injected failure (executor tests)")
-        if not self.resume():
+        resumed = self.resume()
+        if not resumed:
             self.logger.log(0, self.evaluate(0))  # the warm start's accuracy, before any update
+        # steps an earlier attempt logged after its last checkpoint (it failed before the next one,
+        # e.g. on a full disk) are replayed identically from the checkpoint: logged once, not twice
+        logged_through = RunFolder(self.run_dir).last_step() if resumed else None
         monitor, spike = RunMonitor(spec.monitor, self.run_dir, resume_step=self.progress.step), lr_spike()
         for step in range(self.progress.step + 1, spec.budget.steps + 1):
             if spec.lab.fail_at_step == step:
@@ -175,7 +180,8 @@ class LabRun:
             if missing:  # a backend that silently drops a SPEC key breaks every report downstream
                 raise RuntimeError(f"lab step {step} lacks metric keys {sorted(missing)}")
             self.progress.step, self.progress.last_metrics = step, metrics
-            self.logger.log(step, metrics)
+            if logged_through is None or step > logged_through:
+                self.logger.log(step, metrics)
             stop = monitor.observe(step, metrics)  # alerts.jsonl; a `stop` rule writes stopped.json
             if stop is not None or step % spec.lab.checkpoint_every == 0 or step == spec.budget.steps:
                 self.save()

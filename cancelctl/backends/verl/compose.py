@@ -79,16 +79,21 @@ def verl_config_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config"
 
 
-def validate_runs(runs: Iterable[RunSpec], *, deep: bool = True) -> ValidationResult:
-    """Render and compose every verl run; an empty result means every run composed cleanly."""
+def validate_runs(runs: Iterable[RunSpec], *, deep: bool = True, progress=None) -> ValidationResult:
+    """Render and compose every verl run; an empty result means every run composed cleanly.
+    `progress(message)`, when given, hears what is being done (verl's import alone takes ~11 s)."""
     runs = [r for r in runs if r.spec.backend == "verl"]
     if not verl_available():
         return ValidationResult(status=SKIPPED, skipped=True)
     start = time.perf_counter()
+    if progress is not None:
+        progress(f"verl layer: importing verl and its Hydra config for {len(runs)} runs")
     composer = _composer(verl_config_dir(), deep)
     before = len(composer.cache)
     issues: list[RunIssue] = []
-    for run in runs:
+    for i, run in enumerate(runs, 1):
+        if progress is not None and (i == 1 or i == len(runs) or i % max(1, len(runs) // 10) == 0):
+            progress(f"verl layer: composing {run.name} ({i}/{len(runs)})")  # about ten lines however many runs
         issues.extend(composer.check(run))
     result = ValidationResult(issues)
     result.composes = len(composer.cache) - before

@@ -1,0 +1,50 @@
+"""A launcher interrupted by a signal: Ctrl-C (SIGINT), SIGTERM and a closed terminal (SIGHUP) all end
+`cancelctl sweep` the same way, as a KeyboardInterrupt, so the driver lets go of the sweep and the
+user learns how to resume. Runs interrupted with it end `cancelled` (resumable), never `failed`.
+SIGKILL cannot be caught: its runs are classified as interrupted by the executor (`DrivenExecutor.classify`)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+CAUGHT = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal ended the launcher; `signum` says which."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def signals_interrupt(signums: tuple[int, ...] = CAUGHT) -> Iterator[None]:
+    """Raise `Interrupted` on `signums` (as SIGINT raises KeyboardInterrupt) inside the block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_interrupted(signum: int, frame) -> None:
+        raise Interrupted(signum)
+
+    previous = {signum: signal.signal(signum, raise_interrupted) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def interrupted_message(exc: KeyboardInterrupt, sweep: str, resume: str) -> str:
+    """One line: what happened to the sweep and the command that resumes it."""
+    name = exc.args[0] if isinstance(exc, Interrupted) else "SIGINT"
+    return (f"sweep {sweep} interrupted ({name}): finished runs are kept, interrupted runs end 'cancelled' at a step "
+            f"boundary and resume from their checkpoint; resume with: {resume}")
