@@ -208,10 +208,12 @@ def render(
     if not match:
         fail_input(ArgumentError(f"--run {run!r}: no such run in {path} (see `cancelctl plan {path}`)"))
     target = match[0]
+    from cancelctl.backends.workload import workload_lines
     from cancelctl.executors import get_executor
 
     try:
-        job = get_executor(target.spec.executor).render_job(target, workdir_path(workdir))
+        job = get_executor(target.spec.executor).render_job(
+            target, workdir_path(workdir), lambda run_dir: workload_lines(target, run_dir))
     except SpecError as exc:
         fail_input(exc)
     if job is not None:  # e.g. SLURM: the sbatch script and in-task commands

@@ -83,9 +83,10 @@ class Executor(ABC):
     def dry_run(self, paths: SweepPaths, runs: Sequence[RunSpec], plan: Any) -> list[ArrayPlan]:
         return []
 
-    def render_job(self, run: RunSpec, workdir: Path) -> str | None:
+    def render_job(self, run: RunSpec, workdir: Path, workload: Callable[[Path], list[str]]) -> str | None:
         """What the scheduler would be given for `run` and what its job runs (`cancelctl render`);
-        None where there is nothing beyond the backend's own command."""
+        None where there is nothing beyond the backend's own command. `workload(run_dir)`: the
+        backend's command lines for the run (the caller resolves the backend)."""
         return None
 
     @abstractmethod

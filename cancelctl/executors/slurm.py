@@ -87,11 +87,11 @@ class SlurmExecutor(Executor):
             arrays.append(ArrayPlan([r.run_id for r in part], script, token))
         return arrays
 
-    def render_job(self, run, workdir: Path) -> str:
+    def render_job(self, run, workdir: Path, workload) -> str:
         """The run's sbatch script and in-task commands, Ray start-up included (`slurm_render`)."""
         from cancelctl.executors.slurm_render import render_run
 
-        return render_run(run, workdir)
+        return render_run(run, workdir, workload)
 
     def submit(self, paths: SweepPaths, runs, plan: Shapes, lock_fd: int) -> Submitted:
         store, out = paths.store, Submitted()

@@ -11,6 +11,7 @@ dirs then follow from the job id exactly as in a real job.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 from cancelctl.executors import slurm_commands as slurm
@@ -29,18 +30,10 @@ def example_allocation(run: RunSpec):
     return Allocation(EXAMPLE_JOB_ID, nodes, rank=0, cpus=cluster.cpus_per_task, gpus=cluster.gpus_per_node)
 
 
-def workload_lines(run: RunSpec, run_dir: Path) -> list[str]:
-    """What rank 0 runs once the cluster is up: verl's command, or the lab run in-process."""
-    if run.spec.backend == "verl":
-        from cancelctl.backends.verl import format_command
-        from cancelctl.backends.verl.entry import job_command
-
-        return [format_command(job_command(run, run_dir))]
-    return [f"# the {run.spec.backend} backend trains in the rank-0 process itself (cancelctl.backends.{run.spec.backend}.train)"]
-
-
-def render_run(run: RunSpec, workdir: Path) -> str:
-    """The sbatch script and in-task commands of `run` (raises SpecError on bad cluster settings)."""
+def render_run(run: RunSpec, workdir: Path, workload: Callable[[Path], list[str]]) -> str:
+    """The sbatch script and in-task commands of `run` (raises SpecError on bad cluster settings);
+    `workload(run_dir)`: the lines rank 0 runs once the cluster is up, from the run's backend (the
+    caller's: executors never import a backend)."""
     from cancelctl.raycluster import JOIN_TIMEOUT_S, RAY_ENV, in_task_commands
 
     paths = sweep_paths(workdir, run.sweep)
@@ -58,7 +51,7 @@ def render_run(run: RunSpec, workdir: Path) -> str:
     out.append(f"#      {slurm.entry_command(shape.python, paths.submitit_dir, RENDER_TOKEN)}")
     if nodes == 1:
         out.append("# ---- which runs the workload (verl's own ray.init starts a one-node Ray cluster):")
-        out.extend(workload_lines(run, run_dir))
+        out.extend(workload(run_dir))
         return "\n".join(out) + "\n"
     allocation = example_allocation(run)
     names = ", ".join(n.name for n in allocation.nodes)
@@ -73,7 +66,7 @@ def render_run(run: RunSpec, workdir: Path) -> str:
     out.extend(in_task_commands(allocation))
     out.append(f"# rank 0 waits until {names} are alive in Ray (else after {JOIN_TIMEOUT_S:.0f} s the run FAILS naming the "
                f"nodes that never joined), runs one Ray task pinned to each node, then with RAY_ADDRESS={allocation.head_address}:")
-    out.extend(workload_lines(run, run_dir))
+    out.extend(workload(run_dir))
     out.append("# a node leaving mid-run fails the run naming it (NodeLost); at the end every rank stops its own Ray")
     out.append("# by process group and temp dir (never `ray stop`); ranks > 0 leave when the head's port closes.")
     return "\n".join(out) + "\n"
