@@ -75,6 +75,7 @@ class RunLogger:
         self._backlog = SyncState.load(self.run_dir).progress(self.uri).bytes < self._end
         self._retry_at = 0.0  # time.monotonic() before which MLflow is left alone
         self._warned = False
+        self._store_failures = 0
         self._last_flush = time.monotonic()
         self._closed = False
         if mark_running:
@@ -85,6 +86,11 @@ class RunLogger:
     @property
     def mlflow_run_id(self) -> str | None:
         return self._mlflow_run_id
+
+    @property
+    def store_failures(self) -> int:
+        """How many store calls failed (each one paused MLflow use; the JSONL kept the points)."""
+        return self._store_failures
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         """Record `metrics` at `step`: to metrics.jsonl now, to MLflow at the next flush."""
@@ -215,6 +221,7 @@ class RunLogger:
         action(client, progress, state)
 
     def _pause(self, exc: Exception) -> None:
+        self._store_failures += 1
         self._retry_at = time.monotonic() + self.retry_interval_s
         self._backlog = True
         self._buffer, self._buffer_points, self._buffer_start = [], 0, self._end
