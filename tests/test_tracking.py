@@ -337,3 +337,87 @@ def test_run_tags_are_what_collect_reads(tmp_path):
     assert {TAG_COLUMNS[k]: v for k, v in tags.items() if k in TAG_COLUMNS} == {
         "sweep": "t", "arm": "grpo", "group": run.group, "seed": "3", "G": "4", "spec_hash": run.spec_hash}
     assert json.loads(tags[AXES_TAG]) == {"rollout.G": 4} and tags[RUN_ID_TAG] == run.run_id
+
+
+# -- many runs at once ------------------------------------------------------------------------
+
+
+def _concurrent_writer(run_dir: Path, uri: str, steps: int, go) -> None:
+    """One job: a RunLogger as run_in_folder opens it (no MLflow run yet: it finds/creates it)."""
+    from cancelctl.tracking.runs import client_for
+
+    client_for.cache_clear()  # forked from pytest: open no store through the parent's clients
+    warnings: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logging.getLogger("cancelctl.tracking").addHandler(handler)
+    go.wait()
+    logger = RunLogger(run_dir, uri, None, flush_every=40)
+    for step in range(steps):
+        logger.log(step, {f"m/k{k}": step + k / 10 for k in range(8)})
+    logger.close("FINISHED")
+    (run_dir / "failures").write_text(f"{logger.store_failures} {warnings}")
+    import os
+
+    os._exit(0)
+
+
+def store_points(db_path: Path) -> dict[str, list[tuple[int, str, int]]]:
+    """(step, key, timestamp) of every metric row in the sqlite file, by cancelctl run id."""
+    import sqlite3
+
+    con = sqlite3.connect(db_path.as_uri() + "?mode=ro", uri=True)
+    rows = con.execute(
+        "SELECT t.value, m.step, m.key, m.timestamp FROM metrics m "
+        "JOIN tags t ON t.run_uuid = m.run_uuid AND t.key = 'cancelctl.run_id'"
+    ).fetchall()
+    con.close()
+    points: dict[str, list] = {}
+    for run_id, step, key, ts in rows:
+        points.setdefault(run_id, []).append((step, key, ts))
+    return {run_id: sorted(rows) for run_id, rows in points.items()}
+
+
+def test_concurrent_writers_on_a_fresh_sqlite_store_keep_every_point(tmp_path):
+    """10 jobs start at once on a store that does not exist yet: they race on the schema
+    migrations, the experiment and their runs, then flush every 5 steps. Every point of every
+    metrics.jsonl is in MLflow exactly once, no run paused, one MLflow run per run."""
+    import multiprocessing
+
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401 - imported once, before forking
+    from mlflow import MlflowClient
+
+    writers, steps = 10, 30
+    uri = default_tracking_uri(tmp_path)
+    run_dirs = [make_run_dir(tmp_path, f"w{index:02d}", seed=index) for index in range(writers)]
+    ctx = multiprocessing.get_context("fork")
+    go = ctx.Event()
+    processes = [ctx.Process(target=_concurrent_writer, args=(run_dir, uri, steps, go)) for run_dir in run_dirs]
+    try:
+        for process in processes:
+            process.start()
+        go.set()
+        for process in processes:
+            process.join(timeout=120)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+    assert [process.exitcode for process in processes] == [0] * writers
+    assert [(run_dir / "failures").read_text() for run_dir in run_dirs] == ["0 []"] * writers
+
+    jsonl = {
+        run_dir.name: sorted((step, key, ts) for step, key, _, ts in read_metrics_jsonl(run_dir / METRICS_JSONL))
+        for run_dir in run_dirs
+    }
+    assert all(len(points) == steps * 8 for points in jsonl.values())
+    assert store_points(tmp_path / "mlflow.db") == jsonl  # none lost, none twice
+    assert sync(tmp_path, uri).uploaded == 0
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(SWEEP)
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    assert sorted(run.data.tags["cancelctl.run_id"] for run in runs) == sorted(jsonl)
+    assert {run.info.status for run in runs} == {"FINISHED"}
+    _, metrics = collect(uri, SWEEP)
+    assert metrics.groupby("run_id").size().to_dict() == {run_id: steps * 8 for run_id in jsonl}

@@ -21,6 +21,7 @@ from cancelctl.tracking.runfiles import (
     run_dir_lock,
 )
 from cancelctl.tracking.runs import client_for
+from cancelctl.tracking.storelock import store_write_lock
 from cancelctl.tracking.upload import (
     check_metric_key,
     ensure_mlflow_run,
@@ -148,8 +149,9 @@ class RunLogger:
         """Set tags on the MLflow run (best effort, like every store call: the run goes on)."""
 
         def update(client, progress: StoreProgress, state: SyncState) -> None:
-            for key, value in tags.items():
-                client.set_tag(progress.mlflow_run_id, key, str(value))
+            with store_write_lock(self.uri):
+                for key, value in tags.items():
+                    client.set_tag(progress.mlflow_run_id, key, str(value))
 
         self._store_call(update)
 
