@@ -3,7 +3,7 @@
 Every job of a sweep logs into the sweep's store at once. Each writer here is a separate process
 with its own RunLogger, exactly as a job uses it (metrics.jsonl first, log_batch of 1000 points,
 watermark in sync_state.json, default flush cadence), logging --steps steps x --keys metrics as
-fast as it can (the worst case: a real step takes seconds). Stores:
+fast as it can (overload: a real step takes seconds; --step-seconds paces them). Stores:
 
   sqlite   the default store, sqlite:///<work dir>/mlflow.db, a fresh file per phase (so the
            writers also race on creating the schema, the experiment and their runs)
@@ -12,7 +12,8 @@ fast as it can (the worst case: a real step takes seconds). Stores:
 
 Per store, a baseline phase (--baseline-writers, default 1) then the scaled phase (--writers,
 default 32), each printing: points/s over all writers, the worst stall (longest single
-RunLogger call a run waited on: a log() that flushed, the constructor, close()), the runs whose
+RunLogger call a run waited on: the constructor, a log() that flushed, close(); and apart, the
+worst log(), i.e. in the middle of a run), the runs whose
 logger hit a store failure (paused MLflow use) or that failed outright, MLflow runs duplicated
 by the get-or-create race, and the points reconciliation: metrics.jsonl points vs points the
 store holds (raw rows of its sqlite file, and what `collect` reads through MLflow), right after
@@ -25,7 +26,8 @@ opens a store itself, so no connection is shared across a fork.
 
     python benchmarks/bench_tracking_scale.py                    # 32 writers x 200 steps x 40 keys
     python benchmarks/bench_tracking_scale.py --stores sqlite --writers 64 --steps 500
-    python benchmarks/bench_tracking_scale.py --runs-created-by launcher   # planned runs, as a sweep does
+    python benchmarks/bench_tracking_scale.py --step-seconds 0.25   # paced: ~5,000 points/s offered
+    python benchmarks/bench_tracking_scale.py --runs-created-by writers   # jobs create their runs (fresh store)
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     preload_mlflow()
-    print(f"work dir {root}; {args.writers} writers x {args.steps} steps x {args.keys} keys "
+    print(f"work dir {root}; {args.writers} writers x {args.steps} steps x {args.keys} keys, "
+          f"{args.step_seconds or 'no'} s compute per step "
           f"({args.writers * args.steps * args.keys:,} points), flush_every={args.flush_every}, "
           f"runs created by {args.runs_created_by}; {os.cpu_count()} cores")
     for kind in args.stores:
@@ -85,6 +88,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=200, help="steps per run")
     parser.add_argument("--keys", type=int, default=40, help="metrics per step (the lab logs ~40)")
     parser.add_argument("--flush-every", type=int, default=1000, help="points per flush (RunLogger's default)")
+    parser.add_argument("--step-seconds", type=float, default=0.0,
+                        help="compute time per step (sleep); 0: log as fast as possible (overload)")
     parser.add_argument("--stores", nargs="+", choices=["sqlite", "server"], default=["sqlite", "server"])
     parser.add_argument("--server-workers", type=int, default=4, help="mlflow server --workers")
     parser.add_argument("--runs-created-by", choices=["launcher", "writers"], default="launcher",
@@ -185,6 +190,7 @@ class Phase:
     wall_s: float = 0.0
     worst_stall_s: float = 0.0
     worst_stall_run: str = ""
+    worst_log_s: float = 0.0  # the worst stall of a log() call: in the middle of a run
     paused_runs: int = 0
     failed_runs: int = 0
     duplicate_runs: int = 0
@@ -206,7 +212,8 @@ def run_phase(args: argparse.Namespace, root: Path, uri: str, db_path: Path, exp
         in_child(create_runs_like_launcher, uri, run_dirs)
     ctx = mp.get_context("fork")
     go = ctx.Event()
-    processes = [ctx.Process(target=writer, args=(run_dir, uri, args.steps, args.keys, args.flush_every, go))
+    processes = [ctx.Process(target=writer, args=(run_dir, uri, args.steps, args.keys, args.flush_every,
+                                                  args.step_seconds, go))
                  for run_dir in run_dirs]
     phase = Phase(writers=writers)
     try:
@@ -230,6 +237,7 @@ def run_phase(args: argparse.Namespace, root: Path, uri: str, db_path: Path, exp
             continue
         phase.points += result["points"]
         phase.paused_runs += result["store_failures"] > 0
+        phase.worst_log_s = max(phase.worst_log_s, result["worst_log_s"])
         if result["worst_call_s"] > phase.worst_stall_s:
             phase.worst_stall_s, phase.worst_stall_run = result["worst_call_s"], run_dir.name
     phase.reconciliation["after writers"], phase.duplicate_runs = reconcile(uri, db_path, experiment, run_dirs)
@@ -245,7 +253,7 @@ def run_phase(args: argparse.Namespace, root: Path, uri: str, db_path: Path, exp
     return phase
 
 
-def writer(run_dir: Path, uri: str, steps: int, keys: int, flush_every: int, go) -> None:
+def writer(run_dir: Path, uri: str, steps: int, keys: int, flush_every: int, step_seconds: float, go) -> None:
     """One job's tracking: a RunLogger as run_in_folder opens it, `steps` log calls, close."""
     from cancelctl.tracking import RunLogger
 
@@ -253,24 +261,25 @@ def writer(run_dir: Path, uri: str, steps: int, keys: int, flush_every: int, go)
     rng = random.Random(run_dir.name)
     go.wait()
     started = time.perf_counter()
-    worst, points = 0.0, 0
+    worst, points = {"open": 0.0, "log": 0.0, "close": 0.0}, 0
 
-    def timed(call, *args):
-        nonlocal worst
+    def timed(what, call, *args):
         t0 = time.perf_counter()
         value = call(*args)
-        worst = max(worst, time.perf_counter() - t0)
+        worst[what] = max(worst[what], time.perf_counter() - t0)
         return value
 
     record = json.loads((run_dir / "run.json").read_text())
-    logger = timed(lambda: RunLogger(run_dir, uri, record.get("mlflow_run_id"), flush_every=flush_every))
+    logger = timed("open", lambda: RunLogger(run_dir, uri, record.get("mlflow_run_id"), flush_every=flush_every))
     for step in range(steps):
-        timed(logger.log, step, {name: rng.random() for name in names})
+        if step_seconds:
+            time.sleep(step_seconds)
+        timed("log", logger.log, step, {name: rng.random() for name in names})
         points += keys
-    timed(logger.close, "FINISHED")
+    timed("close", logger.close, "FINISHED")
     (run_dir / RESULT_FILE).write_text(json.dumps({
-        "points": points, "worst_call_s": worst, "wall_s": time.perf_counter() - started,
-        "store_failures": logger.store_failures,
+        "points": points, "worst_call_s": max(worst.values()), "worst_log_s": worst["log"],
+        "wall_s": time.perf_counter() - started, "store_failures": logger.store_failures,
     }))
     os._exit(0)  # skip interpreter teardown in the fork (atexit hooks of the parent's modules)
 
@@ -365,13 +374,13 @@ def collect_count(uri: str, experiment: str) -> int:
 def print_store(kind: str, uri: str, phases: dict[str, Phase]) -> None:
     base, scaled = phases["baseline"], phases["scaled"]
     print(f"\n== {kind}: {uri}")
-    print(f"  {'writers':>8} {'points':>9} {'wall s':>7} {'points/s':>9} {'worst stall s':>13} {'paused':>6} "
+    print(f"  {'writers':>8} {'points':>9} {'wall s':>7} {'points/s':>9} {'worst stall s':>13} {'in log()':>8} {'paused':>6} "
           f"{'failed':>6} {'dup runs':>8}  reconciliation (jsonl / store rows / collect: lost, extra)")
     for label, phase in phases.items():
         recon = "; ".join(f"{when}: {r['jsonl']:,}/{r['store']:,}/{r['collect']:,} lost {r['lost']:,} extra {r['extra']}"
                           for when, r in phase.reconciliation.items())
         print(f"  {phase.writers:>8} {phase.points:>9,} {phase.wall_s:>7.1f} {phase.points_per_s:>9,.0f} "
-              f"{phase.worst_stall_s:>13.2f} {phase.paused_runs:>6} {phase.failed_runs:>6} {phase.duplicate_runs:>8}  {recon}")
+              f"{phase.worst_stall_s:>13.2f} {phase.worst_log_s:>8.2f} {phase.paused_runs:>6} {phase.failed_runs:>6} {phase.duplicate_runs:>8}  {recon}")
     if base.points_per_s and base.worst_stall_s:
         print(f"  ratio {scaled.writers} writers / {base.writers}: points/s x{scaled.points_per_s / base.points_per_s:.2f}, "
               f"worst stall x{scaled.worst_stall_s / base.worst_stall_s:.1f}")

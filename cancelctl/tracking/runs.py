@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from cancelctl.tracking.storelock import sqlite_schema_exists, store_write_lock
+from cancelctl.tracking.storelock import STORE_CREATE_TIMEOUT_S, sqlite_schema_exists, store_write_lock
 from cancelctl.tracking.tags import GIT_SHA_TAG, MLFLOW_GIT_COMMIT_TAG, RUN_ID_TAG, RUN_NAME_TAG, VERSION_TAG_PREFIX
 from cancelctl.tracking.uri import fast_fail_http, normalize_tracking_uri, sqlite_path
 
@@ -45,7 +45,7 @@ def client_for(uri: str) -> MlflowClient:
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     db_path = sqlite_path(uri)
     if db_path is not None:
-        with store_write_lock(uri):
+        with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
             if not sqlite_schema_exists(db_path):  # whoever created it did so under this lock: complete
                 return MlflowClient(tracking_uri=uri)
     return MlflowClient(tracking_uri=uri)
