@@ -421,3 +421,41 @@ def test_concurrent_writers_on_a_fresh_sqlite_store_keep_every_point(tmp_path):
     assert {run.info.status for run in runs} == {"FINISHED"}
     _, metrics = collect(uri, SWEEP)
     assert metrics.groupby("run_id").size().to_dict() == {run_id: steps * 8 for run_id in jsonl}
+
+
+def test_store_lock_a_try_gives_way_and_a_wait_is_bounded(tmp_path):
+    """Another process holds the sqlite store lock: a try fails at once, a wait fails after its
+    timeout, both with StoreBusy (the logger keeps the points in metrics.jsonl); once it is
+    released a try gets it. Other stores take no lock."""
+    import multiprocessing
+
+    from cancelctl.tracking.storelock import StoreBusy, store_write_lock
+
+    uri = default_tracking_uri(tmp_path)
+    ctx = multiprocessing.get_context("fork")
+    held, release = ctx.Event(), ctx.Event()
+
+    def holder() -> None:
+        with store_write_lock(uri):
+            held.set()
+            release.wait(30)
+
+    process = ctx.Process(target=holder)
+    process.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(StoreBusy):
+            with store_write_lock(uri, 0):
+                pass
+        started = time.perf_counter()
+        with pytest.raises(StoreBusy, match="busy for over"):
+            with store_write_lock(uri, 0.3):
+                pass
+        assert 0.3 <= time.perf_counter() - started < 5
+    finally:
+        release.set()
+        process.join(30)
+    with store_write_lock(uri, 0), store_write_lock(uri, 0):  # free now; reentrant in one process
+        pass
+    with store_write_lock("http://127.0.0.1:9", 0):
+        pass
