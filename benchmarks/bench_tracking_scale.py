@@ -11,14 +11,14 @@ fast as it can (overload: a real step takes seconds; --step-seconds paces them).
            and stops at the end
 
 Per store, a baseline phase (--baseline-writers, default 1) then the scaled phase (--writers,
-default 32), each printing: points/s over all writers, the worst stall (longest single
-RunLogger call a run waited on: the constructor, a log() that flushed, close(); and apart, the
-worst log(), i.e. in the middle of a run), the runs whose
-logger hit a store failure (paused MLflow use) or that failed outright, MLflow runs duplicated
-by the get-or-create race, and the points reconciliation: metrics.jsonl points vs points the
-store holds (raw rows of its sqlite file, and what `collect` reads through MLflow), right after
-the writers end and again after `cancelctl sync`. Lost must be 0 after sync; extra (duplicated)
-must be 0 always. The scaled phase is printed as ratios to the baseline.
+default 32), each printing: points/s over all writers (into metrics.jsonl, and into MLflow by the
+time the writers end), the worst stall (longest single RunLogger call a run waited on: the
+constructor, a log() that flushed, close(); and apart, the worst log(), i.e. in the middle of a
+run), the runs whose logger hit a store failure (paused MLflow use) or that failed outright,
+MLflow runs duplicated by the get-or-create race, and the points reconciliation: metrics.jsonl
+points vs points the store holds (raw rows of its sqlite file, and what `collect` reads through
+MLflow), right after the writers end and again after `cancelctl sync`. Lost must be 0 after sync;
+extra (duplicated) must be 0 always. The scaled phase is printed as ratios to the baseline.
 
 Writers are forked from this process after mlflow is imported (a fresh interpreter per writer
 would spend ~3.5 s each importing mlflow, which is not what is measured); this process never
@@ -374,12 +374,14 @@ def collect_count(uri: str, experiment: str) -> int:
 def print_store(kind: str, uri: str, phases: dict[str, Phase]) -> None:
     base, scaled = phases["baseline"], phases["scaled"]
     print(f"\n== {kind}: {uri}")
-    print(f"  {'writers':>8} {'points':>9} {'wall s':>7} {'points/s':>9} {'worst stall s':>13} {'in log()':>8} {'paused':>6} "
+    print(f"  {'writers':>8} {'points':>9} {'wall s':>7} {'points/s':>9} {'to MLflow/s':>11} {'worst stall s':>13} "
+          f"{'in log()':>8} {'paused':>6} "
           f"{'failed':>6} {'dup runs':>8}  reconciliation (jsonl / store rows / collect: lost, extra)")
     for label, phase in phases.items():
         recon = "; ".join(f"{when}: {r['jsonl']:,}/{r['store']:,}/{r['collect']:,} lost {r['lost']:,} extra {r['extra']}"
                           for when, r in phase.reconciliation.items())
-        print(f"  {phase.writers:>8} {phase.points:>9,} {phase.wall_s:>7.1f} {phase.points_per_s:>9,.0f} "
+        in_store = phase.reconciliation["after writers"]["store"] / phase.wall_s if phase.wall_s else 0.0
+        print(f"  {phase.writers:>8} {phase.points:>9,} {phase.wall_s:>7.1f} {phase.points_per_s:>9,.0f} {in_store:>11,.0f} "
               f"{phase.worst_stall_s:>13.2f} {phase.worst_log_s:>8.2f} {phase.paused_runs:>6} {phase.failed_runs:>6} {phase.duplicate_runs:>8}  {recon}")
     if base.points_per_s and base.worst_stall_s:
         print(f"  ratio {scaled.writers} writers / {base.writers}: points/s x{scaled.points_per_s / base.points_per_s:.2f}, "

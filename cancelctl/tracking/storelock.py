@@ -17,6 +17,7 @@ postgres) take no lock.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import sqlite3
@@ -74,7 +75,13 @@ def store_write_lock(uri: str, timeout_s: float = STORE_LOCK_TIMEOUT_S) -> Itera
             if path is not None:
                 _held[path] -= 1
         return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        yield  # a store this user may only read (collect): nothing of ours to serialize
+        return
     try:
         if timeout_s > 0:
             _wait(fd, path, timeout_s)
