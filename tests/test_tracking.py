@@ -448,13 +448,11 @@ def test_store_lock_a_try_gives_way_and_a_wait_is_bounded(tmp_path):
     process.start()
     try:
         assert held.wait(30)
-        with pytest.raises(StoreBusy):
-            with store_write_lock(uri, 0):
-                pass
+        with pytest.raises(StoreBusy), store_write_lock(uri, 0):
+            pass
         started = time.perf_counter()
-        with pytest.raises(StoreBusy, match="busy for over"):
-            with store_write_lock(uri, 0.3):
-                pass
+        with pytest.raises(StoreBusy, match="busy for over"), store_write_lock(uri, 0.3):
+            pass
         assert 0.3 <= time.perf_counter() - started < 5
     finally:
         release.set()
