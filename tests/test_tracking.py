@@ -337,3 +337,127 @@ def test_run_tags_are_what_collect_reads(tmp_path):
     assert {TAG_COLUMNS[k]: v for k, v in tags.items() if k in TAG_COLUMNS} == {
         "sweep": "t", "arm": "grpo", "group": run.group, "seed": "3", "G": "4", "spec_hash": run.spec_hash}
     assert json.loads(tags[AXES_TAG]) == {"rollout.G": 4} and tags[RUN_ID_TAG] == run.run_id
+
+
+# -- many runs at once ------------------------------------------------------------------------
+
+
+def _concurrent_writer(run_dir: Path, uri: str, steps: int, go) -> None:
+    """One job: a RunLogger as run_in_folder opens it (no MLflow run yet: it finds/creates it)."""
+    from cancelctl.tracking.runs import client_for
+
+    client_for.cache_clear()  # forked from pytest: open no store through the parent's clients
+    warnings: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logging.getLogger("cancelctl.tracking").addHandler(handler)
+    go.wait()
+    logger = RunLogger(run_dir, uri, None, flush_every=40)
+    for step in range(steps):
+        logger.log(step, {f"m/k{k}": step + k / 10 for k in range(8)})
+    logger.close("FINISHED")
+    (run_dir / "failures").write_text(f"{logger.store_failures} {warnings}")
+    import os
+
+    os._exit(0)
+
+
+def store_points(db_path: Path) -> dict[str, list[tuple[int, str, int]]]:
+    """(step, key, timestamp) of every metric row in the sqlite file, by cancelctl run id."""
+    import sqlite3
+
+    con = sqlite3.connect(db_path.as_uri() + "?mode=ro", uri=True)
+    rows = con.execute(
+        "SELECT t.value, m.step, m.key, m.timestamp FROM metrics m "
+        "JOIN tags t ON t.run_uuid = m.run_uuid AND t.key = 'cancelctl.run_id'"
+    ).fetchall()
+    con.close()
+    points: dict[str, list] = {}
+    for run_id, step, key, ts in rows:
+        points.setdefault(run_id, []).append((step, key, ts))
+    return {run_id: sorted(rows) for run_id, rows in points.items()}
+
+
+def test_concurrent_writers_on_a_fresh_sqlite_store_keep_every_point(tmp_path):
+    """10 jobs start at once on a store that does not exist yet: they race on the schema
+    migrations, the experiment and their runs, then flush every 5 steps. After `sync` (which has
+    nothing to do unless a run gave up waiting for the store on a busy host) every point of every
+    metrics.jsonl is in MLflow exactly once, and there is one MLflow run per run, FINISHED."""
+    import multiprocessing
+
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401 - imported once, before forking
+    from mlflow import MlflowClient
+
+    writers, steps = 10, 30
+    uri = default_tracking_uri(tmp_path)
+    run_dirs = [make_run_dir(tmp_path, f"w{index:02d}", seed=index) for index in range(writers)]
+    ctx = multiprocessing.get_context("fork")
+    go = ctx.Event()
+    processes = [ctx.Process(target=_concurrent_writer, args=(run_dir, uri, steps, go)) for run_dir in run_dirs]
+    try:
+        for process in processes:
+            process.start()
+        go.set()
+        for process in processes:
+            process.join(timeout=120)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+    assert [process.exitcode for process in processes] == [0] * writers
+    failures = [(run_dir / "failures").read_text() for run_dir in run_dirs]
+    assert not [text for text in failures if "locked" in text or "already exists" in text]  # only timeouts may pause
+
+    jsonl = {
+        run_dir.name: sorted((step, key, ts) for step, key, _, ts in read_metrics_jsonl(run_dir / METRICS_JSONL))
+        for run_dir in run_dirs
+    }
+    assert all(len(points) == steps * 8 for points in jsonl.values())
+    synced = sync(tmp_path, uri)
+    assert not synced.failed
+    assert store_points(tmp_path / "mlflow.db") == jsonl  # none lost, none twice
+    assert sync(tmp_path, uri).uploaded == 0
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(SWEEP)
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    assert sorted(run.data.tags["cancelctl.run_id"] for run in runs) == sorted(jsonl)
+    assert {run.info.status for run in runs} == {"FINISHED"}
+    _, metrics = collect(uri, SWEEP)
+    assert metrics.groupby("run_id").size().to_dict() == {run_id: steps * 8 for run_id in jsonl}
+
+
+def test_store_lock_a_try_gives_way_and_a_wait_is_bounded(tmp_path):
+    """Another process holds the sqlite store lock: a try fails at once, a wait fails after its
+    timeout, both with StoreBusy (the logger keeps the points in metrics.jsonl); once it is
+    released a try gets it. Other stores take no lock."""
+    import multiprocessing
+
+    from cancelctl.tracking.storelock import StoreBusy, store_write_lock
+
+    uri = default_tracking_uri(tmp_path)
+    ctx = multiprocessing.get_context("fork")
+    held, release = ctx.Event(), ctx.Event()
+
+    def holder() -> None:
+        with store_write_lock(uri):
+            held.set()
+            release.wait(30)
+
+    process = ctx.Process(target=holder)
+    process.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(StoreBusy), store_write_lock(uri, 0):
+            pass
+        started = time.perf_counter()
+        with pytest.raises(StoreBusy, match="busy for over"), store_write_lock(uri, 0.3):
+            pass
+        assert 0.3 <= time.perf_counter() - started < 5
+    finally:
+        release.set()
+        process.join(30)
+    with store_write_lock(uri, 0), store_write_lock(uri, 0):  # free now; reentrant in one process
+        pass
+    with store_write_lock("http://127.0.0.1:9", 0):
+        pass

@@ -59,6 +59,12 @@ Failure policy
     close. HTTP stores are probed first (GET /health, 2 s timeout: a dead or hung server costs ≤ 2 s
     per attempt) and MLflow's own HTTP retries are cut to 1 retry, no backoff, 5 s timeout inside
     cancelctl's calls. ``sync`` uploads the rest later.
+
+Many runs, one sqlite store (``storelock.py``)
+    cancelctl's writes to a sqlite store take turns on ``<db>.lock`` (POSIX lock): a RunLogger's
+    flushes mid-run only try it (points wait in metrics.jsonl for a later step), opening, closing
+    and ``sync`` wait ≤10 s; a new store's schema is created under it (MLflow 3.17 migrates
+    without a lock). ``benchmarks/bench_tracking_scale.py`` measures 32 concurrent runs.
 """
 
 from cancelctl.tracking.collect import collect

@@ -21,6 +21,7 @@ from cancelctl.tracking.runfiles import (
     run_dir_lock,
 )
 from cancelctl.tracking.runs import client_for
+from cancelctl.tracking.storelock import STORE_LOCK_TIMEOUT_S, StoreBusy, store_write_lock
 from cancelctl.tracking.upload import (
     check_metric_key,
     ensure_mlflow_run,
@@ -34,6 +35,7 @@ from cancelctl.tracking.uri import TrackingUnavailable, normalize_tracking_uri, 
 log = logging.getLogger("cancelctl.tracking")
 
 RUN_STATUSES = ("SCHEDULED", "RUNNING", *TERMINAL_STATUSES)
+MAX_BUFFERED_POINTS = 50_000  # beyond this, a busy store's points are re-read from metrics.jsonl
 
 StoreAction = Callable[["object", StoreProgress, SyncState], None]  # (MlflowClient, progress, state)
 
@@ -44,7 +46,9 @@ class RunLogger:
     sync_state.json. Construction marks the MLflow run RUNNING (pass mark_running=False not to).
 
     `flush_every` counts points (not steps); a flush also happens when `flush_interval_s` has passed
-    since the last one, so the MLflow UI stays current on slow runs. With `mlflow_run_id=None` the
+    since the last one, so the MLflow UI stays current on slow runs. Those flushes (and the RUNNING
+    mark) never wait for a sqlite store another run is writing: they try again at the next `log`.
+    `flush` and `close` wait (bounded, `storelock.STORE_LOCK_TIMEOUT_S`). With `mlflow_run_id=None` the
     logger finds or creates the MLflow run from `run_dir/run.json`.
     Usable as a context manager: closes FINISHED, or FAILED/KILLED on an exception.
     """
@@ -75,16 +79,23 @@ class RunLogger:
         self._backlog = SyncState.load(self.run_dir).progress(self.uri).bytes < self._end
         self._retry_at = 0.0  # time.monotonic() before which MLflow is left alone
         self._warned = False
+        self._store_failures = 0
+        self._pending_status: str | None = None  # RUNNING, when the store was busy at construction
         self._last_flush = time.monotonic()
         self._closed = False
-        if mark_running:
-            self.set_state("RUNNING")
+        if mark_running and not self._store_call(self._status_update("RUNNING"), wait=False):
+            self._pending_status = "RUNNING"  # set by the next upload that gets through
 
     # -- public API ---------------------------------------------------------------------------
 
     @property
     def mlflow_run_id(self) -> str | None:
         return self._mlflow_run_id
+
+    @property
+    def store_failures(self) -> int:
+        """How many store calls failed (each one paused MLflow use; the JSONL kept the points)."""
+        return self._store_failures
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         """Record `metrics` at `step`: to metrics.jsonl now, to MLflow at the next flush."""
@@ -104,17 +115,22 @@ class RunLogger:
             return
         self._buffer.append((step, ts_ms, values))
         self._buffer_points += len(values)
+        if self._buffer_points > MAX_BUFFERED_POINTS:  # the store has been busy for long: read them back later
+            self._backlog = True
+            self._buffer, self._buffer_points, self._buffer_start = [], 0, self._end
         overdue = time.monotonic() - self._last_flush >= self.flush_interval_s
         if self._buffer_points >= self.flush_every or overdue:
-            self.flush()
+            self._flush(wait=False)
 
     def flush(self) -> None:
         """Upload buffered points (or the JSONL backlog) to MLflow; never raises for store errors."""
-        self._last_flush = time.monotonic()
-        if not (self._buffer or self._backlog) or self._paused():
+        self._flush(wait=True)
+
+    def _flush(self, wait: bool) -> None:
+        if not (self._buffer or self._backlog or self._pending_status) or self._paused():
+            self._last_flush = time.monotonic()
             return
         buffer, start, end = self._buffer, self._buffer_start, self._end
-        self._buffer, self._buffer_points, self._buffer_start = [], 0, end
 
         def upload(client, progress: StoreProgress, state: SyncState) -> None:
             if self._backlog or progress.bytes != start:
@@ -123,27 +139,37 @@ class RunLogger:
                 progress.points += send_metrics(client, progress.mlflow_run_id, to_mlflow_metrics(buffer))
                 progress.bytes = end
             self._backlog = False
+            if self._pending_status:
+                self._status_update(self._pending_status)(client, progress, state)
+                self._pending_status = None
 
-        self._store_call(upload)
+        if self._store_call(upload, wait=wait):  # else busy (kept for the next try) or paused (backlog)
+            self._last_flush = time.monotonic()
+            self._buffer, self._buffer_points, self._buffer_start = [], 0, end
 
     def set_state(self, status: str) -> None:
         """Set the MLflow run status (SCHEDULED, RUNNING, FINISHED, FAILED, KILLED)."""
         status = _checked_status(status)
         if status in TERMINAL_STATUSES:
             self._record_final_status(status)
+        self._pending_status = None
+        self._store_call(self._status_update(status))
 
+    @staticmethod
+    def _status_update(status: str) -> StoreAction:
         def update(client, progress: StoreProgress, state: SyncState) -> None:
             set_status(client, progress.mlflow_run_id, status)
             progress.status = status
 
-        self._store_call(update)
+        return update
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Set tags on the MLflow run (best effort, like every store call: the run goes on)."""
 
         def update(client, progress: StoreProgress, state: SyncState) -> None:
-            for key, value in tags.items():
-                client.set_tag(progress.mlflow_run_id, key, str(value))
+            with store_write_lock(self.uri):
+                for key, value in tags.items():
+                    client.set_tag(progress.mlflow_run_id, key, str(value))
 
         self._store_call(update)
 
@@ -164,7 +190,7 @@ class RunLogger:
             return
         status = _checked_status(status)
         self._retry_at = 0.0
-        self.flush()
+        self._flush(wait=True)
         self.set_state(status)
         self._jsonl.close()
         self._closed = True
@@ -185,18 +211,24 @@ class RunLogger:
     def _paused(self) -> bool:
         return time.monotonic() < self._retry_at
 
-    def _store_call(self, action: StoreAction) -> bool:
-        """Run `action` against the store under the run-folder lock, with fresh sync state.
+    def _store_call(self, action: StoreAction, wait: bool = True) -> bool:
+        """Run `action` against the store under the run-folder lock and the store lock, with fresh
+        sync state. `wait=False`: a busy sqlite store returns False at once, nothing changed.
         Any failure pauses MLflow use; the JSONL keeps everything."""
         if self._paused():
             return False
         try:
-            with run_dir_lock(self.run_dir):
+            with run_dir_lock(self.run_dir), store_write_lock(self.uri, STORE_LOCK_TIMEOUT_S if wait else 0):
                 state = SyncState.load(self.run_dir)
                 try:
                     self._act(action, state)
                 finally:
                     state.save(self.run_dir)
+        except StoreBusy as exc:
+            if not wait:
+                return False
+            self._pause(exc)
+            return False
         except Exception as exc:  # tracking must never stop a training run
             self._pause(exc)
             return False
@@ -215,6 +247,7 @@ class RunLogger:
         action(client, progress, state)
 
     def _pause(self, exc: Exception) -> None:
+        self._store_failures += 1
         self._retry_at = time.monotonic() + self.retry_interval_s
         self._backlog = True
         self._buffer, self._buffer_points, self._buffer_start = [], 0, self._end

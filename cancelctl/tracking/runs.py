@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from cancelctl.tracking.storelock import STORE_CREATE_TIMEOUT_S, sqlite_schema_exists, store_write_lock
 from cancelctl.tracking.tags import GIT_SHA_TAG, MLFLOW_GIT_COMMIT_TAG, RUN_ID_TAG, RUN_NAME_TAG, VERSION_TAG_PREFIX
 from cancelctl.tracking.uri import fast_fail_http, normalize_tracking_uri, sqlite_path
 
@@ -31,11 +32,22 @@ MAX_PARAMS_PER_BATCH = 100
 
 @functools.lru_cache(maxsize=8)
 def client_for(uri: str) -> MlflowClient:
-    """One MlflowClient per store per process (MLflow caches the SQL engine behind it too)."""
+    """One MlflowClient per store per process (MLflow caches the SQL engine behind it too).
+
+    A new sqlite store is created under the store lock: the client's constructor builds the store,
+    which on a new file runs MLflow's schema migrations, and MLflow 3.17 runs them without a lock,
+    so concurrent first opens (a sweep's jobs starting together) corrupt the schema for good
+    (`table _alembic_tmp_experiments already exists`). Opening an existing store (MLflow's schema
+    check, ~1 s of CPU) needs no lock."""
     from mlflow import MlflowClient
 
     # MLflow announces creating/migrating a new sqlite store at INFO on every first sweep: noise
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+    db_path = sqlite_path(uri)
+    if db_path is not None:
+        with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
+            if not sqlite_schema_exists(db_path):  # whoever created it did so under this lock: complete
+                return MlflowClient(tracking_uri=uri)
     return MlflowClient(tracking_uri=uri)
 
 
@@ -68,7 +80,8 @@ def get_or_create_run(
     uri = normalize_tracking_uri(uri)
     client = client_for(uri)
     flat_params = flatten_params(params)
-    with fast_fail_http():
+    # under the store lock, find-then-create is atomic on sqlite: no duplicate runs for one run id
+    with fast_fail_http(), store_write_lock(uri):
         experiment_id = get_or_create_experiment(client, uri, experiment)
         existing = find_run(client, experiment_id, run_id)
         if existing is not None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from cancelctl.tracking.runfiles import METRICS_JSONL, RunRecord, StoreProgress, iter_metrics_lines
 from cancelctl.tracking.runs import get_or_create_run
+from cancelctl.tracking.storelock import store_write_lock
 from cancelctl.tracking.uri import fast_fail_http
 
 if TYPE_CHECKING:
@@ -52,11 +53,12 @@ def to_mlflow_metrics(lines: Iterable[tuple[int, int, Mapping[str, float]]]) -> 
 
 
 def send_metrics(client: MlflowClient, mlflow_run_id: str, metrics: Sequence) -> int:
-    """log_batch in calls of ≤1000 points; returns the number of points sent."""
+    """log_batch in calls of ≤1000 points, each under the store lock; returns the points sent."""
     with fast_fail_http():
         for start in range(0, len(metrics), MAX_METRICS_PER_BATCH):
             chunk = list(metrics[start : start + MAX_METRICS_PER_BATCH])
-            client.log_batch(mlflow_run_id, metrics=chunk, synchronous=True)
+            with store_write_lock(client.tracking_uri):
+                client.log_batch(mlflow_run_id, metrics=chunk, synchronous=True)
     return len(metrics)
 
 
@@ -111,7 +113,7 @@ def ensure_mlflow_run(uri: str, run_dir: Path, progress: StoreProgress) -> bool:
 
 def set_status(client: MlflowClient, mlflow_run_id: str, status: str) -> None:
     """Terminal statuses also stamp the end time; others (RUNNING, SCHEDULED) only change status."""
-    with fast_fail_http():
+    with fast_fail_http(), store_write_lock(client.tracking_uri):
         if status in ("FINISHED", "FAILED", "KILLED"):
             client.set_terminated(mlflow_run_id, status=status)
         else:
