@@ -309,6 +309,20 @@ def test_collect_merges_jsonl_of_runs_never_uploaded(uri, workdir, dead_uri):
     assert metrics_synced[(metrics_synced.run_id == "offline2") & (metrics_synced.step == 25)].value.item() == math.inf
 
 
+def test_collect_takes_the_final_status_the_store_missed(uri, workdir, client):
+    """Every point reached the store but the closing status did not (a busy store at close): the
+    run folder's final status wins over the store's RUNNING, so the report does not drop the run."""
+    run_dir, mlflow_run_id = plan(uri, workdir, "closed1")
+    with RunLogger(run_dir, uri, mlflow_run_id) as logger:
+        log_steps(logger, range(5))
+    client.update_run(mlflow_run_id, status="RUNNING")  # the lost set_status of close()
+    state = json.loads((run_dir / SYNC_STATE).read_text())
+    state["stores"][uri]["status"] = "RUNNING"
+    (run_dir / SYNC_STATE).write_text(json.dumps(state))
+    runs, _ = collect(uri, SWEEP, workdir=workdir)
+    assert runs.set_index("run_id").loc["closed1", "state"] == "FINISHED"
+
+
 def test_one_flatten_behind_params_and_run_json():
     """`flatten` keeps values as they are (run.json); `flatten_params` is the same keys as MLflow text."""
     from cancelctl.tracking import flatten, flatten_params

@@ -307,7 +307,9 @@ def _merge_run_folders(
             status = state.final_status or (record.status or "UNKNOWN").upper()
             mlflow_run_id = progress.mlflow_run_id if progress is not None else None
             new_rows.append(_run_row(record.run_id, mlflow_run_id, record.name, status, record.tags))
-        elif tail and state.final_status:  # the store missed the end of the run, status included
+        elif state.final_status and (tail or progress is None or progress.status != state.final_status):
+            # the store missed the end of the run (its last points, or only the status: a busy store
+            # at close); the run folder knows how it ended
             runs.loc[runs["run_id"] == record.run_id, "state"] = state.final_status
     if new_rows:
         runs = _typed_runs_frame(runs.to_dict("records") + new_rows)
