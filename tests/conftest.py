@@ -1,3 +1,4 @@
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,4 +21,13 @@ def template_db(tmp_path_factory) -> Path:
 
     path = tmp_path_factory.mktemp("template") / "mlflow.db"
     MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()  # runs the migrations
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path, template_db) -> Path:
+    """An empty work dir whose sqlite MLflow store is already migrated (a copy of template_db)."""
+    path = tmp_path / "work"
+    path.mkdir()
+    shutil.copy(template_db, path / "mlflow.db")
     return path

@@ -25,14 +25,6 @@ from cancelctl.plan import load_sweep
 from cancelctl.workdir import sweep_paths
 
 ROOT = Path(__file__).resolve().parents[1]
-@pytest.fixture
-def workdir(tmp_path, template_db) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    shutil.copy(template_db, path / "mlflow.db")
-    return path
-
-
 def mlflow_runs(workdir: Path, experiment: str):
     from cancelctl.tracking import collect, default_tracking_uri
 

@@ -69,14 +69,6 @@ def test_latest_sweep_is_the_one_launched_last(tmp_path):
         existing_sweep(tmp_path, "zzz")
 
 
-@pytest.fixture
-def workdir(tmp_path, template_db) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    shutil.copy(template_db, path / "mlflow.db")
-    return path
-
-
 def one_run_sweep(tmp_path: Path):
     spec = {"name": "legacy", "base": {"backend": "lab", "rollout": {"G": 2}, "budget": {"steps": 3, "prompts_per_step": 4}},
             "arms": {"grpo": {"algorithm": {"loss": "grpo"}}}, "seeds": [0]}

@@ -5,7 +5,6 @@ module outside the registry compares executor names."""
 from __future__ import annotations
 
 import ast
-import shutil
 import time
 from pathlib import Path
 
@@ -15,7 +14,12 @@ from typer.testing import CliRunner
 
 from cancelctl.cli import app
 from cancelctl.errors import SpecError
-from cancelctl.executors import executor_names, get_executor, register_executor, unregister_executor
+from cancelctl.executors import (
+    executor_names,
+    get_executor,
+    register_executor,
+    unregister_executor,
+)
 from cancelctl.executors.base import Executor, Submitted
 from cancelctl.jobs import RunJob, read_error
 from cancelctl.launch import launch_sweep, sweep_status
@@ -59,14 +63,6 @@ def inproc():
     register_executor(InProcessExecutor.name, InProcessExecutor)  # the one registration
     yield InProcessExecutor.name
     unregister_executor(InProcessExecutor.name)
-
-
-@pytest.fixture
-def workdir(tmp_path, template_db) -> Path:
-    path = tmp_path / "work"
-    path.mkdir()
-    shutil.copy(template_db, path / "mlflow.db")
-    return path
 
 
 def tiny_sweep(tmp_path: Path) -> Path:

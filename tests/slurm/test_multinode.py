@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import sweep_files
 import yaml
 from slurm_gate import MULTI_PARTITION, multi_node_problem
 
@@ -31,28 +32,14 @@ from cancelctl.workdir import sweep_paths
 _PROBLEM = multi_node_problem(2)
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")]
 
-TINY_LAB = {"d_model": 16, "n_layers": 1, "n_heads": 2, "warmstart_steps": 5, "checkpoint_every": 2, "max_operand": 5}
 CLI = Path(sys.executable).with_name("cancelctl")
 
 
 def write_two_node_sweep(directory: Path, prefix: str, steps: int) -> Path:
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"  # the accounting DB outlives test runs
-    spec = {
-        "name": name,
-        "base": {
-            "backend": "lab",
-            "executor": "slurm",
-            "lab": TINY_LAB,
-            "rollout": {"G": 2},
-            "budget": {"steps": steps, "prompts_per_step": 4},
-            "eval": {"every": 2, "k": 1, "prompts": 4},
-            "algorithm": {"lr": 1.0e-3},
-            "cluster": {"nodes": 2, "partition": MULTI_PARTITION, "cpus_per_task": 1, "time_min": 10},
-        },
-    }
-    path = directory / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+    cluster = {"nodes": 2, "partition": MULTI_PARTITION, "cpus_per_task": 1, "time_min": 10}
+    return sweep_files.write_sweep(directory, name, arms={"default": {}}, seeds=(0,), steps=steps,
+                                   base={"executor": "slurm", "cluster": cluster})
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -19,8 +19,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
+import sweep_files
 from slurm_gate import cluster_cpus, cluster_problem
+from sweep_files import TINY_LAB
 
 from cancelctl.executors import slurm_commands as slurm_mod
 from cancelctl.jobs import read_attempts, read_error
@@ -32,31 +33,14 @@ from cancelctl.workdir import sweep_paths
 _PROBLEM = cluster_problem()
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")]
 
-TINY_LAB = {"d_model": 16, "n_layers": 1, "n_heads": 2, "warmstart_steps": 5, "checkpoint_every": 2, "max_operand": 5}
 LOSSES = ["grpo", "gspo", "dapo", "grpo_symclip", "dfpo"]
 LONG = 1_000_000  # steps of a run that is only ever cancelled
 
 
 def write_sweep(directory: Path, prefix: str, *, arms: dict, seeds=(0,), steps=4, lab=None) -> Path:
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"  # the accounting DB outlives test runs
-    spec = {
-        "name": name,
-        "base": {
-            "backend": "lab",
-            "executor": "slurm",
-            "lab": {**TINY_LAB, **(lab or {})},
-            "rollout": {"G": 2},
-            "budget": {"steps": steps, "prompts_per_step": 4},
-            "eval": {"every": 2, "k": 1, "prompts": 4},
-            "algorithm": {"lr": 1.0e-3},
-            "cluster": {"time_min": 30, "cpus_per_task": 1},
-        },
-        "arms": arms,
-        "seeds": list(seeds),
-    }
-    path = directory / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+    base = {"executor": "slurm", "lab": {**TINY_LAB, **(lab or {})}, "cluster": {"time_min": 30, "cpus_per_task": 1}}
+    return sweep_files.write_sweep(directory, name, arms=arms, seeds=seeds, steps=steps, base=base)
 
 
 def loss_arms(n: int) -> dict:
