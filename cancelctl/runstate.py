@@ -44,6 +44,9 @@ class RunState:
     log: Path | None = None  # the scheduler's stderr log of the latest job
     final: dict[str, float] = field(default_factory=dict)  # result.json metrics when completed or stopped
     stale: bool = False  # a run of an earlier version of the sweep file: not planned by its last launch
+    # the scheduler ended it on a cancel request, cancelctl's or anyone's (scancel): its MLflow run
+    # is KILLED, as when the run closes itself on the SIGTERM, whichever of the two gets there
+    cancel_requested: bool = False
 
     @property
     def active(self) -> bool:

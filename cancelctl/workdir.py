@@ -37,6 +37,7 @@ RUN_JSON = "run.json"
 METRICS_JSONL = "metrics.jsonl"
 SYNC_STATE = "sync_state.json"
 TRACKING_LOCK = ".tracking.lock"
+ATTEMPT_LOCK = ".attempt.lock"  # held by the run's process from start to its last word
 CHECKPOINT = "checkpoint.pt"
 RESULT_JSON = "result.json"
 ERROR_TXT = "error.txt"
@@ -62,7 +63,7 @@ class RunFolder:
     """One run's folder and the files in it.
 
     run.json (launch), metrics.jsonl + sync_state.json + .tracking.lock (tracking), checkpoint.pt
-    (backend), result.json / error.txt / error.prev.txt / job.json / attempts.jsonl (jobs),
+    (backend), result.json / error.txt / error.prev.txt / job.json / attempts.jsonl / .attempt.lock (jobs),
     alerts.jsonl / stopped.json (the in-job monitor), stopped.prev.json (jobs: an earlier attempt's stop)."""
 
     path: Path
@@ -82,6 +83,10 @@ class RunFolder:
     @property
     def tracking_lock(self) -> Path:
         return self.path / TRACKING_LOCK
+
+    @property
+    def attempt_lock(self) -> Path:
+        return self.path / ATTEMPT_LOCK
 
     @property
     def checkpoint(self) -> Path:

@@ -225,6 +225,75 @@ def test_a_final_status_the_store_missed_is_settled_after_the_run_ended(tmp_path
     assert set(mlflow_runs(workdir, sweep.name)["state"]) == {"FAILED"}
 
 
+def test_a_run_whose_process_still_closes_itself_is_left_to_it(tmp_path, workdir, monkeypatch):
+    """scancel: the scheduler says CANCELLED at once while the task's process, on SIGTERM, checkpoints
+    at its next step and closes its MLflow run KILLED. Settling meanwhile would race it (and could
+    leave FAILED over KILLED): a run whose process holds its attempt lock is left alone, and settled
+    by the first status after the process is gone (as after a SIGKILL, which frees the lock)."""
+    import cancelctl.jobs as jobs
+    from cancelctl.fileio import LockBusy, file_lock
+    from cancelctl.launch.control import settle_tracking
+    from cancelctl.tracking import SyncState, default_tracking_uri
+    from cancelctl.tracking.runs import client_for
+    from cancelctl.workdir import RunFolder
+
+    held_while_training = []
+    real_backend = jobs.backend_train
+
+    def probing_backend(name):
+        train = real_backend(name)
+
+        def probed(run, run_dir, logger, cache_dir):
+            with pytest.raises(LockBusy):  # another open file description: flock conflicts in-process too
+                with file_lock(RunFolder(run_dir).attempt_lock, 0):
+                    pass
+            held_while_training.append(run.run_id)
+            return train(run, run_dir, logger, cache_dir)
+
+        return probed
+
+    monkeypatch.setattr(jobs, "backend_train", probing_backend)
+    arms = {"broken": {"algorithm": {"loss": "grpo"}, "lab": {"fail_at_step": 2}}}
+    sweep = load_sweep(write_sweep(tmp_path, "closing", arms=arms, seeds=(0,)))
+    launch_sweep(sweep, workdir=workdir, executor="debug")
+    (run,) = sweep.runs
+    assert held_while_training == [run.run_id]
+    run_dir, uri = sweep_paths(workdir, sweep.name).run_dir(run.run_id), default_tracking_uri(workdir)
+    state = SyncState.load(run_dir)  # as if still mid-run: nothing closed yet
+    client_for(uri).update_run(state.progress(uri).mlflow_run_id, status="RUNNING")
+    state.final_status, state.progress(uri).status = None, "RUNNING"
+    state.save(run_dir)
+    with file_lock(RunFolder(run_dir).attempt_lock, 0):  # the process, still closing
+        settle_tracking(sweep_status(workdir, sweep.name))
+        assert set(mlflow_runs(workdir, sweep.name)["state"]) == {"RUNNING"}
+    settle_tracking(sweep_status(workdir, sweep.name))  # gone without a word: FAILED
+    assert set(mlflow_runs(workdir, sweep.name)["state"]) == {"FAILED"}
+
+
+def test_points_a_closed_run_left_in_its_folder_are_uploaded_by_settling(tmp_path, workdir):
+    """A run whose status reached the store but whose last points did not (SIGKILLed mid-upload at
+    the scheduler's kill wait): settling uploads them from metrics.jsonl."""
+    from cancelctl.launch.control import settle_tracking
+    from cancelctl.tracking import RunLogger, SyncState, default_tracking_uri
+    from cancelctl.tracking.runs import client_for
+
+    arms = {"broken": {"algorithm": {"loss": "grpo"}, "lab": {"fail_at_step": 2}}}
+    sweep = load_sweep(write_sweep(tmp_path, "tail", arms=arms, seeds=(0,)))
+    launch_sweep(sweep, workdir=workdir, executor="debug")
+    (run,) = sweep.runs
+    run_dir, uri = sweep_paths(workdir, sweep.name).run_dir(run.run_id), default_tracking_uri(workdir)
+    mlflow_run_id = SyncState.load(run_dir).progress(uri).mlflow_run_id
+    history = lambda: client_for(uri).get_metric_history(mlflow_run_id, "critic/score/mean")  # noqa: E731
+    before = len(history())
+    assert before >= 1
+    late = RunLogger(run_dir, uri, mlflow_run_id, mark_running=False, flush_every=10**6, flush_interval_s=1e9)
+    late.log(7, {"critic/score/mean": 0.25})  # written to the folder, then the process is gone
+    late._jsonl.flush()
+    settle_tracking(sweep_status(workdir, sweep.name))
+    assert len(history()) == before + 1 and history()[-1].step == 7
+    assert set(mlflow_runs(workdir, sweep.name)["state"]) == {"FAILED"}
+
+
 def test_report_defaults_to_the_sweep_files_baseline(tmp_path, workdir):
     from cancelctl.errors import SpecError
     from cancelctl.report.sweep_report import report_sweep

@@ -175,8 +175,9 @@ class SlurmExecutor(Executor):
         elif word == "COMPLETED":
             state.state = COMPLETED  # the job wrapper exits non-zero whenever the run raised
         elif word == "CANCELLED" and cancelled_by_us(entry, sub):
-            state.state, state.reason = CANCELLED, "cancelled by cancelctl"
+            state.state, state.reason, state.cancel_requested = CANCELLED, "cancelled by cancelctl", True
         else:  # FAILED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED from outside ...
+            state.cancel_requested = word == "CANCELLED"
             outside = " (killed outside cancelctl)" if word == "CANCELLED" else ""
             detail = f"{task.detail or word}{outside}"
             state.state = FAILED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -9,11 +10,11 @@ from pathlib import Path
 
 from cancelctl.executors import get_executor
 from cancelctl.executors.driver import driver_alive
-from cancelctl.fileio import read_json
-from cancelctl.manifest import ManifestBusy, file_lock
+from cancelctl.fileio import LockBusy, file_lock, read_json
+from cancelctl.manifest import ManifestBusy
 from cancelctl.runstate import CANCELLED, FAILED, RunState
 from cancelctl.launch.states import sweep_states
-from cancelctl.workdir import SweepPaths, existing_sweep, latest_sweep
+from cancelctl.workdir import RunFolder, SweepPaths, existing_sweep, latest_sweep
 
 log = logging.getLogger("cancelctl.launch")
 
@@ -143,27 +144,42 @@ def cancel_sweep(workdir: Path, sweep: str) -> list[str]:
 
 def settle_tracking(states: list[RunState]) -> None:
     """Close the MLflow runs of runs that died without closing them (scancel, OOM, SIGKILL): FAILED,
-    or KILLED when cancelled. Metrics already in metrics.jsonl are uploaded on the way."""
+    or KILLED when cancelled (by cancelctl, or by a scancel from outside). Metrics already in
+    metrics.jsonl are uploaded on the way. A run whose process still holds its attempt lock is left
+    to close itself (scancel's SIGTERM: it checkpoints at its next step and closes KILLED); the
+    first status after the process is gone settles it."""
+    for state in states:
+        if state.state not in (FAILED, CANCELLED) or state.run_dir is None or not RunFolder(state.run_dir).run_json.exists():
+            continue  # never started: no folder to lock (nor to create by locking)
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(file_lock(RunFolder(state.run_dir).attempt_lock, 0, what="run attempt"))
+            except LockBusy:
+                log.debug("run %s: its process is still closing it", state.run_id)
+                continue
+            _settle_run(state)
+
+
+def _settle_run(state: RunState) -> None:
     from cancelctl.tracking import RUN_JSON, RunLogger, SyncState
     from cancelctl.tracking.uri import normalize_tracking_uri
 
-    for state in states:
-        if state.state not in (FAILED, CANCELLED) or state.run_dir is None:
-            continue
-        record = read_json(state.run_dir / RUN_JSON)
-        if not record:
-            continue
-        # the status the run asked for at close; it may not have reached the store (a locked sqlite
-        # while its neighbours closed too, a store down), and a store still saying RUNNING misleads
-        sync_state = SyncState.load(state.run_dir)
-        status = sync_state.final_status or ("KILLED" if state.state == CANCELLED else "FAILED")
-        if sync_state.progress(normalize_tracking_uri(record["tracking_uri"])).status == status:
-            continue
-        try:
-            logger = RunLogger(state.run_dir, record["tracking_uri"], record.get("mlflow_run_id"), mark_running=False)
-            logger.close(status)
-        except Exception as exc:  # noqa: BLE001 - tracking trouble must not hide the sweep's outcome
-            log.warning("run %s: could not mark its MLflow run %s (%s)", state.run_id, status, exc)
+    record = read_json(state.run_dir / RUN_JSON)
+    if not record:
+        return
+    # the status the run asked for at close; it may not have reached the store (a locked sqlite
+    # while its neighbours closed too, a store down), and a store still saying RUNNING misleads
+    sync_state = SyncState.load(state.run_dir)
+    status = sync_state.final_status or ("KILLED" if state.state == CANCELLED or state.cancel_requested else "FAILED")
+    progress = sync_state.progress(normalize_tracking_uri(record["tracking_uri"]))
+    metrics = RunFolder(state.run_dir).metrics
+    if progress.status == status and progress.bytes >= (metrics.stat().st_size if metrics.exists() else 0):
+        return  # closed, and every point it wrote is in the store
+    try:
+        logger = RunLogger(state.run_dir, record["tracking_uri"], record.get("mlflow_run_id"), mark_running=False)
+        logger.close(status)
+    except Exception as exc:  # noqa: BLE001 - tracking trouble must not hide the sweep's outcome
+        log.warning("run %s: could not mark its MLflow run %s (%s)", state.run_id, status, exc)
 
 
 __all__ = ["cancel_sweep", "latest_sweep", "list_sweeps", "reconcile", "settle_tracking", "sweep_status", "wait_for_sweep"]

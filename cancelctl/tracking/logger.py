@@ -122,9 +122,10 @@ class RunLogger:
         if self._buffer_points >= self.flush_every or overdue:
             self._flush(wait=False)
 
-    def flush(self) -> None:
-        """Upload buffered points (or the JSONL backlog) to MLflow; never raises for store errors."""
-        self._flush(wait=True)
+    def flush(self, wait: bool = True) -> None:
+        """Upload buffered points (or the JSONL backlog) to MLflow; never raises for store errors.
+        `wait=False`: only if the store is free now (a busy sqlite store is left for a later flush)."""
+        self._flush(wait=wait)
 
     def _flush(self, wait: bool) -> None:
         if not (self._buffer or self._backlog or self._pending_status) or self._paused():
@@ -184,14 +185,16 @@ class RunLogger:
         self._store_call(upload)
 
     def close(self, status: str = "FINISHED") -> None:
-        """Flush, set the final status, close the JSONL. After a store failure this is the one
+        """Set the final status, flush, close the JSONL. After a store failure this is the one
         cheap retry (HTTP stores are probed first); what still fails is left to `cancelctl sync`."""
         if self._closed:
             return
         status = _checked_status(status)
         self._retry_at = 0.0
-        self._flush(wait=True)
+        # the status first: a run closing on SIGTERM may be SIGKILLed mid-upload at the scheduler's
+        # kill wait; its points stay in metrics.jsonl for `status` (settle_tracking) or `sync`
         self.set_state(status)
+        self._flush(wait=True)
         self._jsonl.close()
         self._closed = True
         if self._backlog:

@@ -50,7 +50,7 @@ MONITOR_P_LOW = 0.1  # π_low of the hacking/J monitor [H eq. 23]
 
 class MetricLogger(Protocol):
     def log(self, step: int, metrics: dict[str, float]) -> None: ...
-    def flush(self) -> None: ...
+    def flush(self, wait: bool = True) -> None: ...
 
 
 def stream_seed(seed: int, step: int, stream: str, index: int = 0) -> int:
@@ -393,7 +393,10 @@ class LabRun:
         return {eval_key(k): float(batch.rewards.mean())}
 
     def save(self) -> None:
-        self.logger.flush()  # the metrics up to the checkpoint are durable before it claims them
+        # metrics.jsonl already holds every point up to here (the resume's truth); MLflow takes them
+        # if it is free now. Waiting on a store busy with the sweep's other runs would stall every
+        # checkpoint, and with it a SIGTERM's checkpoint past the scheduler's kill wait.
+        self.logger.flush(wait=False)
         checkpoint.save(
             self.run_dir,
             {

@@ -31,7 +31,7 @@ class ListLogger:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.points.append((step, dict(metrics)))
 
-    def flush(self) -> None:
+    def flush(self, wait: bool = True) -> None:
         self.flushes += 1
 
     def steps(self) -> dict[int, dict[str, float]]:
