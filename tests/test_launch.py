@@ -294,6 +294,38 @@ def test_points_a_closed_run_left_in_its_folder_are_uploaded_by_settling(tmp_pat
     assert set(mlflow_runs(workdir, sweep.name)["state"]) == {"FAILED"}
 
 
+def test_a_completed_run_whose_close_lost_the_store_race_is_settled_finished(tmp_path, workdir, monkeypatch):
+    """Seven array tasks finishing at once into one sqlite store: a close that waited past the store
+    lock's patience left its MLflow run SCHEDULED/RUNNING. Settling (every `status`, the end of every
+    wait) sets FINISHED; a store found down is probed once per call, not once per run."""
+    import cancelctl.tracking.uri as uri_mod
+    from cancelctl.launch.control import settle_tracking
+    from cancelctl.tracking import SyncState, default_tracking_uri
+    from cancelctl.tracking.runs import client_for
+
+    sweep = load_sweep(write_sweep(tmp_path, "race", seeds=(0,)))
+    launch_sweep(sweep, workdir=workdir, executor="debug")
+    uri = default_tracking_uri(workdir)
+    for run in sweep.runs:
+        run_dir = sweep_paths(workdir, sweep.name).run_dir(run.run_id)
+        state = SyncState.load(run_dir)
+        assert state.final_status == "FINISHED"
+        client_for(uri).update_run(state.progress(uri).mlflow_run_id, status="SCHEDULED")  # the lost close
+        state.final_status, state.progress(uri).status = None, "SCHEDULED"  # not even recorded
+        state.save(run_dir)
+    assert set(mlflow_runs(workdir, sweep.name)["state"]) == {"SCHEDULED"}
+
+    probes = []
+    real_probe = uri_mod.probe_store
+    monkeypatch.setattr(uri_mod, "probe_store", lambda uri: probes.append(uri) or "connection refused")
+    settle_tracking(sweep_status(workdir, sweep.name))  # store down: left for later, asked once
+    assert probes == [uri] and set(mlflow_runs(workdir, sweep.name)["state"]) == {"SCHEDULED"}
+    monkeypatch.setattr(uri_mod, "probe_store", real_probe)
+    settle_tracking(sweep_status(workdir, sweep.name))
+    assert set(mlflow_runs(workdir, sweep.name)["state"]) == {"FINISHED"}
+    assert [s.state for s in sweep_status(workdir, sweep.name)] == ["completed"] * 2
+
+
 def test_report_defaults_to_the_sweep_files_baseline(tmp_path, workdir):
     from cancelctl.errors import SpecError
     from cancelctl.report.sweep_report import report_sweep

@@ -12,7 +12,7 @@ from cancelctl.executors import get_executor
 from cancelctl.executors.driver import driver_alive
 from cancelctl.fileio import LockBusy, file_lock, read_json
 from cancelctl.manifest import ManifestBusy
-from cancelctl.runstate import CANCELLED, FAILED, RunState
+from cancelctl.runstate import CANCELLED, COMPLETED, STOPPED, TERMINAL, RunState
 from cancelctl.launch.states import sweep_states
 from cancelctl.workdir import RunFolder, SweepPaths, existing_sweep, latest_sweep
 
@@ -143,43 +143,63 @@ def cancel_sweep(workdir: Path, sweep: str) -> list[str]:
 
 
 def settle_tracking(states: list[RunState]) -> None:
-    """Close the MLflow runs of runs that died without closing them (scancel, OOM, SIGKILL): FAILED,
-    or KILLED when cancelled (by cancelctl, or by a scancel from outside). Metrics already in
-    metrics.jsonl are uploaded on the way. A run whose process still holds its attempt lock is left
-    to close itself (scancel's SIGTERM: it checkpoints at its next step and closes KILLED); the
-    first status after the process is gone settles it."""
+    """Bring the MLflow runs of ended runs in line with their run folders: the final status each
+    asked for at close, or, for one that died without closing (scancel, OOM, SIGKILL), FAILED, or
+    KILLED when cancelled (by cancelctl, or by a scancel from outside); and every point still only
+    in its metrics.jsonl. Needed when a close lost a race for the store (a sweep's runs all closing
+    into one sqlite at once) or was cut short (a SIGKILL at the scheduler's kill wait). A run whose
+    process still holds its attempt lock is left to close itself (scancel's SIGTERM: it checkpoints
+    at its next step and closes KILLED); the first call after the process is gone settles it."""
+    unreachable: dict[str, str | None] = {}  # a store found down is not asked again for each run
     for state in states:
-        if state.state not in (FAILED, CANCELLED) or state.run_dir is None or not RunFolder(state.run_dir).run_json.exists():
+        if state.state not in TERMINAL or state.run_dir is None or not RunFolder(state.run_dir).run_json.exists():
             continue  # never started: no folder to lock (nor to create by locking)
         with contextlib.ExitStack() as held:
             try:
-                held.enter_context(file_lock(RunFolder(state.run_dir).attempt_lock, 0, what="run attempt"))
+                held.enter_context(file_lock(RunFolder(state.run_dir).attempt_lock, _closing_wait_s(state), what="run attempt"))
             except LockBusy:
                 log.debug("run %s: its process is still closing it", state.run_id)
                 continue
-            _settle_run(state)
+            _settle_run(state, unreachable)
 
 
-def _settle_run(state: RunState) -> None:
+def _settle_run(state: RunState, unreachable: dict[str, str | None]) -> None:
     from cancelctl.tracking import RUN_JSON, RunLogger, SyncState
-    from cancelctl.tracking.uri import normalize_tracking_uri
+    from cancelctl.tracking.uri import normalize_tracking_uri, probe_store
 
     record = read_json(state.run_dir / RUN_JSON)
-    if not record:
+    if not record or not record.get("tracking_uri"):
         return
-    # the status the run asked for at close; it may not have reached the store (a locked sqlite
-    # while its neighbours closed too, a store down), and a store still saying RUNNING misleads
     sync_state = SyncState.load(state.run_dir)
-    status = sync_state.final_status or ("KILLED" if state.state == CANCELLED or state.cancel_requested else "FAILED")
-    progress = sync_state.progress(normalize_tracking_uri(record["tracking_uri"]))
+    status = sync_state.final_status or _status_of_unclosed(state)
+    uri = normalize_tracking_uri(record["tracking_uri"])
+    progress = sync_state.progress(uri)
     metrics = RunFolder(state.run_dir).metrics
     if progress.status == status and progress.bytes >= (metrics.stat().st_size if metrics.exists() else 0):
         return  # closed, and every point it wrote is in the store
+    if uri not in unreachable:
+        unreachable[uri] = probe_store(uri)
+    if unreachable[uri] is not None:
+        log.debug("run %s: store %s unreachable (%s); `cancelctl sync` uploads later", state.run_id, uri, unreachable[uri])
+        return
     try:
         logger = RunLogger(state.run_dir, record["tracking_uri"], record.get("mlflow_run_id"), mark_running=False)
         logger.close(status)
     except Exception as exc:  # noqa: BLE001 - tracking trouble must not hide the sweep's outcome
         log.warning("run %s: could not mark its MLflow run %s (%s)", state.run_id, status, exc)
+
+
+def _closing_wait_s(state: RunState) -> float:
+    """A run with its result written is a moment from releasing its lock; one the scheduler ended
+    may take the kill wait to close itself, and is not waited for."""
+    return 2.0 if state.state in (COMPLETED, STOPPED) else 0.0
+
+
+def _status_of_unclosed(state: RunState) -> str:
+    """The MLflow status of a run that ended without recording one at close."""
+    if state.state in (COMPLETED, STOPPED):
+        return "FINISHED"  # result.json was written: only the close was lost
+    return "KILLED" if state.state == CANCELLED or state.cancel_requested else "FAILED"
 
 
 __all__ = ["cancel_sweep", "latest_sweep", "list_sweeps", "reconcile", "settle_tracking", "sweep_status", "wait_for_sweep"]
