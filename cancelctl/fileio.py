@@ -59,6 +59,19 @@ def file_lock(path: Path, timeout_s: float, *, what: str = "lock") -> Iterator[i
         os.close(fd)  # closing our fd releases the lock unless a child still holds a copy
 
 
+@contextlib.contextmanager
+def file_lock_if_free(path: Path, timeout_s: float, *, what: str = "lock") -> Iterator[bool]:
+    """`file_lock`, but a lock still held after `timeout_s` yields False instead of raising: for
+    callers that go on either way (or skip) rather than fail."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(file_lock(path, timeout_s, what=what))
+            held = True
+        except LockBusy:
+            held = False
+        yield held  # outside the except: the body's own errors are not chained to LockBusy
+
+
 def read_json(path: Path, default: Any = None) -> Any:
     """The JSON document at `path`, or `default` when it is missing or unreadable (a torn or
     half-written file reads as absent: every writer here is atomic, so that is a file being born)."""

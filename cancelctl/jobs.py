@@ -46,7 +46,7 @@ from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from cancelctl.fileio import LockBusy, atomic_write_json, file_lock
+from cancelctl.fileio import atomic_write_json, file_lock_if_free
 from cancelctl.workdir import (  # noqa: F401 - names of the run files, re-exported
     ATTEMPTS_JSONL,
     CHECKPOINT,
@@ -57,10 +57,10 @@ from cancelctl.workdir import (  # noqa: F401 - names of the run files, re-expor
     RunFolder,
 )
 
-# The first word of the job entry command (`python -m cancelctl.jobs WORD FOLDER [TOKEN]`): an
-# array task adopts the pickle its launcher wrote under a token; a local process runs its folder.
 log = logging.getLogger("cancelctl.jobs")
 
+# The first word of the job entry command (`python -m cancelctl.jobs WORD FOLDER [TOKEN]`): an
+# array task adopts the pickle its launcher wrote under a token; a local process runs its folder.
 ARRAY_TASK_ENTRY = "slurm"
 LOCAL_PROCESS_ENTRY = "local"
 ENTRY_ARGS = {ARRAY_TASK_ENTRY: 2, LOCAL_PROCESS_ENTRY: 1}  # word -> arguments after it
@@ -98,22 +98,15 @@ class RunJob(Checkpointable):
 def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None, allocation: Any = None) -> dict[str, float]:
     """`allocation` (a multi-node job's rank 0, `raycluster.Allocation`): the run's workload runs
     inside a Ray cluster over all its nodes (`raycluster.run_cluster`)."""
-    with _holding_attempt(run_dir):
+    # The attempt lock, held while this process may still write the run's outcome: settle_tracking
+    # leaves the run alone while it is held (a scancelled run closing itself KILLED at its next
+    # step) and settles it once released, which a SIGKILL does too. A holder that lingers (an
+    # earlier attempt still closing) delays a requeued attempt, never stops it.
+    lock = RunFolder(run_dir).attempt_lock
+    with file_lock_if_free(lock, ATTEMPT_LOCK_WAIT_S, what="run attempt") as held:
+        if not held:
+            log.warning("%s held by another process for over %.0f s; starting anyway", lock, ATTEMPT_LOCK_WAIT_S)
         return _run_attempt(run_dir, token=token, threads=threads, allocation=allocation)
-
-
-@contextlib.contextmanager
-def _holding_attempt(run_dir: Path):
-    """Hold the run folder's attempt lock while this process may still write the run's outcome:
-    `settle_tracking` leaves a run alone while it is held (a scancelled run closing itself KILLED
-    at its next step) and settles it once released, which a SIGKILL does too. A holder that
-    lingers (an earlier attempt still closing) delays a requeued attempt, never stops it."""
-    with contextlib.ExitStack() as held:
-        try:
-            held.enter_context(file_lock(RunFolder(run_dir).attempt_lock, ATTEMPT_LOCK_WAIT_S, what="run attempt"))
-        except LockBusy as exc:
-            log.warning("%s; starting anyway", exc)
-        yield
 
 
 def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: Any) -> dict[str, float]:

@@ -144,6 +144,20 @@ def test_lock_times_out_instead_of_hanging(tmp_path):
         assert time.monotonic() - started < 2
 
 
+def test_lock_if_free_says_whether_it_got_the_lock_instead_of_raising(tmp_path):
+    from cancelctl.fileio import file_lock_if_free
+
+    lock = tmp_path / "run" / ".attempt.lock"
+    with file_lock(lock):
+        with file_lock_if_free(lock, 0.2) as held:
+            assert held is False
+    with file_lock_if_free(lock, 0) as held:
+        assert held is True
+        with pytest.raises(ManifestBusy):  # and it holds it
+            with file_lock(lock, timeout_s=0):
+                pass
+
+
 def test_lock_passed_to_a_child_outlives_a_killed_parent(tmp_path):
     """The launcher passes its submit lock to sbatch: if the launcher is SIGKILLed mid-call, the
     next launch still waits for sbatch to finish before it asks the scheduler what was submitted."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -10,7 +9,7 @@ from pathlib import Path
 
 from cancelctl.executors import get_executor
 from cancelctl.executors.driver import driver_alive
-from cancelctl.fileio import LockBusy, file_lock, read_json
+from cancelctl.fileio import file_lock, file_lock_if_free, read_json
 from cancelctl.manifest import ManifestBusy
 from cancelctl.runstate import CANCELLED, COMPLETED, STOPPED, TERMINAL, RunState
 from cancelctl.launch.states import sweep_states
@@ -152,29 +151,28 @@ def settle_tracking(states: list[RunState]) -> None:
     at its next step and closes KILLED); the first call after the process is gone settles it."""
     unreachable: dict[str, str | None] = {}  # a store found down is not asked again for each run
     for state in states:
-        if state.state not in TERMINAL or state.run_dir is None or not RunFolder(state.run_dir).run_json.exists():
+        folder = RunFolder(state.run_dir) if state.run_dir is not None else None
+        if state.state not in TERMINAL or folder is None or not folder.run_json.exists():
             continue  # never started: no folder to lock (nor to create by locking)
-        with contextlib.ExitStack() as held:
-            try:
-                held.enter_context(file_lock(RunFolder(state.run_dir).attempt_lock, _closing_wait_s(state), what="run attempt"))
-            except LockBusy:
+        with file_lock_if_free(folder.attempt_lock, _closing_wait_s(state), what="run attempt") as held:
+            if not held:
                 log.debug("run %s: its process is still closing it", state.run_id)
                 continue
-            _settle_run(state, unreachable)
+            _settle_run(state, folder, unreachable)
 
 
-def _settle_run(state: RunState, unreachable: dict[str, str | None]) -> None:
-    from cancelctl.tracking import RUN_JSON, RunLogger, SyncState
+def _settle_run(state: RunState, folder: RunFolder, unreachable: dict[str, str | None]) -> None:
+    from cancelctl.tracking import RunLogger, SyncState
     from cancelctl.tracking.uri import normalize_tracking_uri, probe_store
 
-    record = read_json(state.run_dir / RUN_JSON)
+    record = read_json(folder.run_json)
     if not record or not record.get("tracking_uri"):
         return
-    sync_state = SyncState.load(state.run_dir)
+    sync_state = SyncState.load(folder.path)
     status = sync_state.final_status or _status_of_unclosed(state)
     uri = normalize_tracking_uri(record["tracking_uri"])
     progress = sync_state.progress(uri)
-    metrics = RunFolder(state.run_dir).metrics
+    metrics = folder.metrics
     if progress.status == status and progress.bytes >= (metrics.stat().st_size if metrics.exists() else 0):
         return  # closed, and every point it wrote is in the store
     if uri not in unreachable:
@@ -183,7 +181,7 @@ def _settle_run(state: RunState, unreachable: dict[str, str | None]) -> None:
         log.debug("run %s: store %s unreachable (%s); `cancelctl sync` uploads later", state.run_id, uri, unreachable[uri])
         return
     try:
-        logger = RunLogger(state.run_dir, record["tracking_uri"], record.get("mlflow_run_id"), mark_running=False)
+        logger = RunLogger(folder.path, record["tracking_uri"], record.get("mlflow_run_id"), mark_running=False)
         logger.close(status)
     except Exception as exc:  # noqa: BLE001 - tracking trouble must not hide the sweep's outcome
         log.warning("run %s: could not mark its MLflow run %s (%s)", state.run_id, status, exc)
