@@ -157,16 +157,17 @@ def paired_bootstrap_test(
     delta = float(diffs.mean())
     if n < MIN_PAIRED_SEEDS:
         return PairedTest(delta, float("nan"), n)
-    sd = float(diffs.std(ddof=1))
-    if sd == 0.0:
+    # "all differences equal" is tested exactly (max == min): their sd can come out 0 or ~1e-17
+    # depending on the CPU's summation order, and a ~1e-17 sd would make t any huge number.
+    if np.ptp(diffs) == 0.0:
         agrees = {"two-sided": delta != 0.0, "greater": delta > 0.0, "less": delta < 0.0}[alternative]
         return PairedTest(delta, 1.0 / (1.0 + n_boot) if agrees else 1.0, n)
-    t_observed = delta / (sd / np.sqrt(n))
+    t_observed = delta / (float(diffs.std(ddof=1)) / np.sqrt(n))
     rng = np.random.default_rng(seed)
     resampled = diffs[rng.integers(0, n, size=(n_boot, n))]
-    resampled_sd = resampled.std(axis=1, ddof=1)
-    usable = resampled_sd > 0.0
-    t_star = (resampled.mean(axis=1)[usable] - delta) / (resampled_sd[usable] / np.sqrt(n))
+    usable = np.ptp(resampled, axis=1) > 0.0  # exactly: not every drawn seed the same difference
+    resampled = resampled[usable]
+    t_star = (resampled.mean(axis=1) - delta) / (resampled.std(axis=1, ddof=1) / np.sqrt(n))
     if alternative == "greater":
         extreme = t_star >= t_observed
     elif alternative == "less":

@@ -85,7 +85,8 @@ def paired_evidence(
     xs, base = np.asarray(x, float), np.asarray(versus, float)
     d = xs - base
     ci = analysis.bootstrap_ci(d, confidence=CONFIDENCE, n_boot=n_boot, seed=seed)
-    sd = float(d.std(ddof=1)) if d.size > 1 else float("nan")
+    # equal differences have sd 0 exactly (np.std can give ~1e-17 for them, by CPU)
+    sd = (0.0 if np.ptp(d) == 0.0 else float(d.std(ddof=1))) if d.size > 1 else float("nan")
 
     def p(shift: float, alternative: str) -> float:  # H1: mean(d − shift) > 0 ("greater") / < 0
         return analysis.paired_bootstrap_test(xs - shift, base, n_boot=n_boot, seed=seed, alternative=alternative).p

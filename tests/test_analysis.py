@@ -119,6 +119,24 @@ def test_paired_test_edge_cases():
         paired_bootstrap_test([1, 2, 3], [1, 2])
 
 
+
+def test_paired_test_leaves_out_exactly_the_resamples_that_draw_one_seed_only():
+    """A resample that draws one seed n times has no spread and carries no t. Found by its values
+    (max == min), not by sd > 0: np.std of three equal floats is 0 or ~1e-17 depending on the
+    CPU's summation order, and a ~1e-17 sd made t any huge number, so the report's p differed by
+    machine (0.527 here, 0.500 on another CPU). The reference below decides by the drawn indices."""
+    diffs = np.array([0.1234567, 0.0021, -0.0345])  # np.std([0.1234567] * 3, ddof=1) is ~1.7e-17 on x86
+    n_boot, n = 500, diffs.size
+    draws = np.random.default_rng(0).integers(0, n, size=(n_boot, n))
+    one_seed = (draws == draws[:, :1]).all(axis=1)
+    assert one_seed.any()
+    t = diffs.mean() / (diffs.std(ddof=1) / math.sqrt(n))
+    kept = diffs[draws[~one_seed]]
+    t_star = (kept.mean(axis=1) - diffs.mean()) / (kept.std(axis=1, ddof=1) / math.sqrt(n))
+    expected = (1 + np.sum(np.abs(t_star) >= abs(t))) / (1 + kept.shape[0])
+    assert paired_bootstrap_test(diffs, np.zeros(n), n_boot=n_boot, seed=0).p == pytest.approx(expected, abs=0)
+
+
 # ---------------------------------------------------------------- thresholds
 
 

@@ -98,8 +98,8 @@ def test_validate_composes_every_verl_spec_against_verl():
     assert "verl config composed" in result.output and "skipped" not in result.output
 
 
+@pytest.mark.verl
 def test_render_verl_run_prints_shell_safe_command():
-    pytest.importorskip("hydra")
     result = runner.invoke(app, ["render", str(EXPERIMENTS / "group-size.yaml"), "--run", "gspo-G=8-s0"])
     assert result.exit_code == 0, result.output
     assert "verl.trainer.main_ppo" in result.output

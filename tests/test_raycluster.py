@@ -48,8 +48,8 @@ def test_start_commands_head_and_worker():
     assert "stop" not in head + worker
 
 
+@pytest.mark.verl  # Ray comes with the verl extra
 def test_a_node_that_never_joins_fails_naming_it_and_no_ray_is_left(tmp_path):
-    pytest.importorskip("ray")
     a = allocation(f"t{tmp_path.name[-6:]}")  # rank 1 (n2) is never started
     cluster = RayCluster(a, tmp_path, join_timeout_s=90)
     sigterm = signal.getsignal(signal.SIGTERM)

@@ -30,7 +30,7 @@ from cancelctl.raycluster import CLUSTER_JSON, processes_using
 from cancelctl.workdir import sweep_paths
 
 _PROBLEM = multi_node_problem(2)
-pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")]
+pytestmark = [pytest.mark.slurm, pytest.mark.verl, pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")]
 
 CLI = Path(sys.executable).with_name("cancelctl")
 

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from cancelctl.backends.verl.overrides import OverrideSet, hydra_value
 
+pytestmark = pytest.mark.verl  # Hydra and OmegaConf come with the verl extra
 hydra_parser = pytest.importorskip("hydra.core.override_parser.overrides_parser")
 omegaconf = pytest.importorskip("omegaconf")
 PARSER = hydra_parser.OverridesParser.create()

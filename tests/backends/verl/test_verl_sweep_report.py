@@ -19,6 +19,8 @@ from cancelctl.launch import launch_sweep
 from cancelctl.plan import load_sweep
 from cancelctl.report import report_sweep
 
+pytestmark = pytest.mark.verl  # the job entry checks verl's loss plugin before the stand-in runs
+
 STAND_IN = textwrap.dedent(
     """
     import json, os, random, sys
