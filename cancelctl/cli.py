@@ -220,9 +220,10 @@ def render(
         typer.echo(job, nl=False)
     elif target.spec.backend == "verl":
         from cancelctl.backends.verl import format_command, render_command
+        from cancelctl.backends.verl.render import job_env
 
         try:
-            typer.echo(format_command(render_command(target)))
+            typer.echo(format_command(render_command(target), job_env(target)))
         except (SpecError, WorkdirStateError, OSError) as exc:
             fail(exc)
     else:

@@ -80,7 +80,13 @@ class Strict(BaseModel):
 def _without_unset_levers(dumped: dict[str, Any], levers: tuple[str, ...]) -> dict[str, Any]:
     """A lab lever left at None is not dumped: run ids hash the dumped spec, so adding a lever keeps
     every existing run's id (and its finished result) unchanged."""
-    return {k: v for k, v in dumped.items() if not (k in levers and v is None)}
+    return _without_defaults(dumped, dict.fromkeys(levers))
+
+
+def _without_defaults(dumped: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
+    """Fields added after runs existed are not dumped at the value that means "as before", for the
+    same reason: every existing run keeps its id."""
+    return {k: v for k, v in dumped.items() if not (k in added and v == added[k])}
 
 
 class MoeSpec(Strict):
@@ -149,6 +155,24 @@ class DataSpec(Strict):
     benchmarks: list[str] = Field(default_factory=list, description="names reported per benchmark")
     max_prompt_length: int = Field(1024, ge=1)
     max_response_length: int = Field(4096, ge=1)
+    reward_function: str | None = Field(
+        None,
+        description="verl: FILE.py or FILE.py:NAME, a function (data_source, solution_str, ground_truth, extra_info) "
+        "-> score (default name compute_score); null: verl's built-in scorer for each row's data_source",
+    )
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> dict[str, Any]:
+        return _without_defaults(handler(self), {"reward_function": None})
+
+    @field_validator("reward_function")
+    @classmethod
+    def _python_file_and_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            path, _, name = value.partition(":")
+            if not path.endswith(".py") or any(c.isspace() for c in path) or (name and not name.isidentifier()):
+                raise ValueError(f"FILE.py or FILE.py:NAME (a Python identifier), got {value!r}")
+        return value
 
     @field_validator("train_files", "val_files", "benchmarks", mode="before")
     @classmethod
@@ -253,6 +277,13 @@ class BatchingSpec(Strict):
 class BudgetSpec(Strict):
     steps: int = Field(100, ge=1, description="training (generation) steps")
     prompts_per_step: int = Field(16, ge=1)
+    checkpoint_every: int | None = Field(
+        None, ge=1, description="verl: steps between checkpoints (a requeued run resumes from the last); default: the template's"
+    )
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> dict[str, Any]:
+        return _without_defaults(handler(self), {"checkpoint_every": None})
 
 
 class EvalSpec(Strict):
@@ -270,6 +301,11 @@ class ClusterSpec(Strict):
     qos: str | None = None
     nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0)
+    device: Literal["cuda", "cpu"] = Field(
+        "cuda",
+        description="verl: cuda (GPUs), or cpu: verl's whole loop on CPU cores, one training rank per node, "
+        "with cancelctl's CPU platform and Hugging Face rollout (tiny models: tests, smoke runs); requests no GPU",
+    )
     cpus_per_task: int = Field(1, ge=1)
     mem_gb: float | None = Field(None, gt=0)
     time_min: int = Field(60, ge=1)
@@ -280,6 +316,16 @@ class ClusterSpec(Strict):
     container_runtime: Literal["pyxis", "apptainer"] = "pyxis"
     setup: list[str] = Field(default_factory=list, description="shell lines run before the job (modules, venv)")
     additional: dict[str, str | int] = Field(default_factory=dict, description="extra sbatch parameters")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> dict[str, Any]:
+        return _without_defaults(handler(self), {"device": "cuda"})
+
+    @model_validator(mode="after")
+    def _cpu_requests_no_gpu(self) -> ClusterSpec:
+        if self.device == "cpu" and self.gpus_per_node:
+            raise ValueError("device cpu trains on CPU cores and requests no GPU: leave gpus_per_node at 0")
+        return self
 
     @field_validator("container_image")
     @classmethod

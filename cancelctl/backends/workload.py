@@ -16,6 +16,7 @@ def workload_lines(run: RunSpec, run_dir: Path) -> list[str]:
     if run.spec.backend == "verl":
         from cancelctl.backends.verl import format_command
         from cancelctl.backends.verl.entry import job_command
+        from cancelctl.backends.verl.render import job_env
 
-        return [format_command(job_command(run, run_dir))]
+        return [format_command(job_command(run, run_dir), job_env(run))]
     return [f"# the {run.spec.backend} backend trains in the rank-0 process itself (cancelctl.backends.{run.spec.backend}.train)"]

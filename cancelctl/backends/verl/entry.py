@@ -74,6 +74,8 @@ def job_overrides(run: RunSpec, run_dir: Path) -> list[str]:
     # The file logger lives in verl's TaskRunner (a Ray actor, any node): pass the path through
     # Ray's runtime_env as well as our own environment.
     overrides.set(f"{_ENV_VARS}.VERL_FILE_LOGGER_PATH", metrics_path, add=True)
+    for name, value in render.job_env(run).items():  # every Ray worker, on any node, imports verl with them
+        overrides.set(f"{_ENV_VARS}.{name}", value, add=True)
     return overrides.lines()
 
 
@@ -90,11 +92,15 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     run_dir = Path(run_dir)
     # A requeued attempt: the previous one forwarded its lines already (its last pump runs on exit).
     (run_dir / VERL_METRICS).unlink(missing_ok=True)
-    env = dict(os.environ, VERL_FILE_LOGGER_PATH=str(run_dir / VERL_METRICS))
+    env = dict(os.environ, **render.job_env(run), VERL_FILE_LOGGER_PATH=str(run_dir / VERL_METRICS))
     compute = ComputeAccount.from_run_dir(run, run_dir / METRICS_JSONL)  # earlier attempts' steps
     # verl resumes from its latest checkpoint; the rules' windows are refilled from the steps logged
     mon = RunMonitor(run.spec.monitor, run_dir, resume_step=last_logged_step(run_dir / METRICS_JSONL))
-    forwarder = MetricsForwarder(run_dir / VERL_METRICS, logger, monitored(compute.add, mon))
+    # A requeued verl resumes from its checkpoint at step k <= the last step logged, and logs k+1…
+    # again: those replayed steps are not forwarded, so MLflow holds each step once.
+    forwarder = MetricsForwarder(
+        run_dir / VERL_METRICS, logger, monitored(compute.add, mon), skip_through=last_logged_step(run_dir / METRICS_JSONL)
+    )
     # Own session: on cancel/requeue the whole tree (verl driver, Ray started by it) is stopped.
     proc = subprocess.Popen(job_command(run, run_dir), cwd=run_dir, env=env, start_new_session=True)
     try:
@@ -155,10 +161,18 @@ def spec_key(key: str) -> str:
 class MetricsForwarder:
     """Tails verl's file-logger JSONL ({"step": n, "data": {...}} per line) into a RunLogger."""
 
-    def __init__(self, path: Path, logger: Any, derive: Callable[[int, dict[str, float]], dict[str, float]] | None = None):
+    def __init__(
+        self,
+        path: Path,
+        logger: Any,
+        derive: Callable[[int, dict[str, float]], dict[str, float]] | None = None,
+        skip_through: int = 0,
+    ):
         self.path = Path(path)
         self.logger = logger
         self.derive = derive  # adds derived keys (the SPEC compute keys) to a step's metrics
+        self.skip_through = skip_through  # steps an earlier attempt logged: a resumed verl replays them
+        self.replayed: set[int] = set()
         self.offset = 0
         self.last: dict[str, float] = {}
         self.skipped_keys: set[str] = set()
@@ -180,8 +194,10 @@ class MetricsForwarder:
                 continue
             record = json.loads(raw)
             metrics = self._numeric(record.get("data") or {})
-            if metrics:
-                step = int(record["step"])
+            step = int(record["step"])
+            if metrics and step <= self.skip_through:
+                self.replayed.add(step)
+            elif metrics:
                 if self.derive is not None:
                     metrics = self.derive(step, metrics)
                 self.logger.log(step, metrics)

@@ -95,13 +95,29 @@ def render_command(run: RunSpec) -> list[str]:
     return [*VERL_ENTRY, "--config-name", config_name(run), *render_overrides(run)]
 
 
-def format_command(argv: list[str]) -> str:
-    """A POSIX shell line: program and options first, then one override per line.
+def job_env(run: RunSpec) -> dict[str, str]:
+    """Environment the training command needs beyond the job's own (cluster.device cpu: verl's
+    platform and engine lookup; Ray on loopback when the run has one node)."""
+    if run.spec.cluster.device != "cpu":
+        return {}
+    from cancelctl.backends.verl.cpu.overrides import CPU_ENV, MULTI_NODE_UNSET_ENV
+
+    env = dict(CPU_ENV)
+    if run.spec.cluster.nodes > 1:  # the nodes reach each other by their addresses, not loopback
+        for name in MULTI_NODE_UNSET_ENV:
+            env.pop(name, None)
+    return env
+
+
+def format_command(argv: list[str], env: dict[str, str] | None = None) -> str:
+    """A POSIX shell line: `NAME=value` settings, program and options first, then one override
+    per line.
 
     Arguments are quoted for the shell so Hydra's own quotes and `[...]` lists survive pasting.
     """
     first = next((i for i, a in enumerate(argv) if "=" in a), len(argv))
-    head = " ".join(_shell_quote(a) for a in argv[:first])
+    settings = [f"{name}={_shell_quote(value)}" for name, value in (env or {}).items()]
+    head = " ".join([*settings, *(_shell_quote(a) for a in argv[:first])])
     return " \\\n    ".join([head, *(_shell_quote(a) for a in argv[first:])])
 
 
@@ -209,6 +225,7 @@ def _spec_settings(run: RunSpec, template: Template) -> OverrideSet:
     _algorithm(run, out)
     _batch_layout(run, template, out)
     _trainer(run, out)
+    _device(run, out)
     return out
 
 
@@ -249,6 +266,10 @@ def _data(run: RunSpec, out: OverrideSet) -> None:
     out.set("data.max_response_length", spec.max_new_tokens)
     out.set("data.train_batch_size", spec.budget.prompts_per_step)
     out.set("data.seed", spec.seed)
+    if spec.data.reward_function:
+        path, _, name = spec.data.reward_function.partition(":")
+        out.set("reward.custom_reward_function.path", path)
+        out.set("reward.custom_reward_function.name", name or "compute_score")
 
 
 def _rollout(run: RunSpec, out: OverrideSet) -> None:
@@ -390,10 +411,12 @@ def _check_group_fits_token_budget(run: RunSpec, template: Template) -> None:
 def _trainer(run: RunSpec, out: OverrideSet) -> None:
     spec = run.spec
     out.set("trainer.total_training_steps", spec.budget.steps)
+    if spec.budget.checkpoint_every is not None:
+        out.set("trainer.save_freq", spec.budget.checkpoint_every)
     # verl stops at whichever comes first, epochs or steps; one step per epoch at least.
     out.set("trainer.total_epochs", spec.budget.steps)
     out.set("trainer.nnodes", spec.cluster.nodes)
-    out.set("trainer.n_gpus_per_node", spec.cluster.gpus_per_node)
+    out.set("trainer.n_gpus_per_node", _ranks_per_node(run))
     out.set("trainer.logger", ["console", "mlflow"])
     out.set("trainer.project_name", spec.tracking.experiment or run.sweep)  # = the MLflow experiment
     out.set("trainer.experiment_name", run.name)
@@ -404,11 +427,31 @@ def _trainer(run: RunSpec, out: OverrideSet) -> None:
         out.set("trainer.val_before_train", False)
 
 
-def _n_gpus(run: RunSpec) -> int:
+def _device(run: RunSpec, out: OverrideSet) -> None:
+    """cluster.device cpu: verl's whole loop on CPU (cancelctl.backends.verl.cpu: the platform, the
+    Hugging Face rollout, the process-group workaround), whatever the template says."""
+    if run.spec.cluster.device != "cpu":
+        return
+    from cancelctl.backends.verl.cpu.overrides import CPU_SETTINGS
+
+    for key, value in CPU_SETTINGS.items():
+        out.set(key.lstrip("+"), value, add=key.startswith("+"))
+
+
+def _ranks_per_node(run: RunSpec) -> int:
+    """Training ranks per node: one per GPU, or one CPU rank (cluster.device cpu)."""
     cluster = run.spec.cluster
+    if cluster.device == "cpu":
+        return 1
     if cluster.gpus_per_node < 1:
-        raise VerlRenderError(run, "cluster.gpus_per_node", "verl needs GPUs: set cluster.gpus_per_node (and nodes)")
-    return cluster.nodes * cluster.gpus_per_node
+        raise VerlRenderError(
+            run, "cluster.gpus_per_node", "verl needs GPUs: set cluster.gpus_per_node (and nodes), or cluster.device: cpu"
+        )
+    return cluster.gpus_per_node
+
+
+def _n_gpus(run: RunSpec) -> int:
+    return run.spec.cluster.nodes * _ranks_per_node(run)
 
 
 def _data_parallel_size(run: RunSpec, template: Template) -> int:

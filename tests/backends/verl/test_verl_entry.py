@@ -104,6 +104,16 @@ def test_forwarder_waits_for_complete_lines(tmp_path):
     assert fwd.pump() == 1 and logger.points == [(1, {"a": 1.0}), (2, {"a": 2.0})]
 
 
+def test_steps_a_resumed_verl_replays_are_forwarded_once(tmp_path):
+    """A requeued verl resumes from its checkpoint (step 2 here) and logs steps 3 and 4 again: the
+    earlier attempt logged them already (metrics.jsonl), so only 5 and 6 go on to the logger."""
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(f'{{"step": {s}, "data": {{"a": {s}}}}}\n' for s in (3, 4, 5, 6)))
+    logger = ListLogger()
+    fwd = MetricsForwarder(path, logger, skip_through=4)
+    assert fwd.pump() == 2 and [s for s, _ in logger.points] == [5, 6] and fwd.replayed == {3, 4}
+
+
 def test_previous_attempts_file_is_not_forwarded_again(make_run, fake_verl):
     (fake_verl / entry.VERL_METRICS).write_text('{"step": 1, "data": {"old": 1}}\n' * 5)
     logger = ListLogger()
