@@ -1,11 +1,14 @@
-"""Test support only: a CPU platform for verl 0.9.1, so its real actor update runs without a GPU.
+"""The `cpu` platform for verl 0.9.1, registered through verl's own `PlatformRegistry`.
 
 verl ships no CPU platform and falls back to "nvidia" (plugin/platform/platform_manager.py:113-117),
-whose "cuda" device breaks `init_device_mesh`. This registers one through verl's own extension point,
-`PlatformRegistry.register`, selected with VERL_PLATFORM=cpu and imported through
-VERL_USE_EXTERNAL_MODULES=cpu_platform (verl/__init__.py:49-52, before any module reads the device
-name). The FSDP LM engine is registered for cuda/npu only: VERL_ENGINE_DEVICE=cuda (engine/base.py:405)
-picks it. Production runs CUDA; nothing outside tests imports this.
+whose "cuda" device breaks `init_device_mesh`. `PlatformRegistry.register("cpu")` (an official
+extension point) adds one; it is selected only by VERL_PLATFORM=cpu (`is_platform_available` is
+False, so auto-detection on a GPU host never picks it). Imported by the `verl.plugins` entry point
+(cpu/plugin.py) in every process that imports verl, before any module reads the device name
+(`workers/engine/fsdp/transformer_impl.py:89` does at import).
+
+The FSDP LM engine is registered for cuda/npu only (`transformer_impl.py:1143`): a CPU run sets
+VERL_ENGINE_DEVICE=cuda (`workers/engine/base.py:405`) to pick it (cpu/overrides.py).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any, Optional
 import torch
 from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry
+
+from cancelctl.backends.verl.cpu import PLATFORM_NAME
 
 
 def _noop(*_args, **_kwargs):
@@ -67,7 +72,7 @@ class _CPUDeviceModule(types.ModuleType):
 CPU_DEVICE = _CPUDeviceModule()
 
 
-@PlatformRegistry.register(platform="cpu")
+@PlatformRegistry.register(platform=PLATFORM_NAME)
 class PlatformCPU(PlatformBase):
     @property
     def device_name(self) -> str:
