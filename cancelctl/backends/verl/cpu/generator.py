@@ -44,7 +44,11 @@ class Generation:
 
 
 def request_from_sampling_params(
-    prompt_ids: Iterable[int], sampling_params: Mapping[str, Any], *, response_length: int, eos_token_ids: Iterable[int]
+    prompt_ids: Iterable[int],
+    sampling_params: Mapping[str, Any],
+    *,
+    response_length: int,
+    eos_token_ids: Iterable[int],
 ) -> Request:
     """verl's agent-loop sampling params (`temperature, top_p, top_k, ...`, no max_tokens) as a Request.
 
@@ -64,11 +68,14 @@ def request_from_sampling_params(
         temperature=1.0 if temperature is None else float(temperature),
         top_p=1.0 if top_p is None else float(top_p),
         top_k=-1 if top_k is None else int(top_k),
-        stop_token_ids=frozenset(int(t) for t in eos_token_ids) | frozenset(sampling_params.get("stop_token_ids") or ()),
+        stop_token_ids=frozenset(int(t) for t in eos_token_ids)
+        | frozenset(sampling_params.get("stop_token_ids") or ()),
     )
 
 
-def choose_tokens(logits: torch.Tensor, requests: list[Request], generator: torch.Generator):
+def choose_tokens(
+    logits: torch.Tensor, requests: list[Request], generator: torch.Generator
+):
     """Next token per row and its log_softmax(logits / T) (T = 1 for greedy rows)."""
     vocab = logits.shape[-1]
     temps = torch.tensor([r.temperature for r in requests], dtype=logits.dtype)
@@ -81,7 +88,9 @@ def choose_tokens(logits: torch.Tensor, requests: list[Request], generator: torc
     top_p = torch.tensor([r.top_p for r in requests], dtype=logits.dtype)
     probs = sorted_lp.exp()
     remove = torch.arange(vocab)[None, :] >= top_k[:, None]
-    remove |= (probs.cumsum(-1) - probs) >= top_p[:, None]  # keep the smallest prefix with mass >= p
+    remove |= (probs.cumsum(-1) - probs) >= top_p[
+        :, None
+    ]  # keep the smallest prefix with mass >= p
     remove[:, 0] = False
     kept = sorted_lp.masked_fill(remove, float("-inf"))
     picked = torch.multinomial(torch.softmax(kept, dim=-1), 1, generator=generator)
@@ -91,14 +100,18 @@ def choose_tokens(logits: torch.Tensor, requests: list[Request], generator: torc
 
 
 @torch.no_grad()
-def generate_batch(model, requests: list[Request], *, pad_token_id: int, generator: torch.Generator) -> list[Generation]:
+def generate_batch(
+    model, requests: list[Request], *, pad_token_id: int, generator: torch.Generator
+) -> list[Generation]:
     """Generate every request in one left-padded batch (one forward per new token, KV cache)."""
     width = max(len(r.prompt_ids) for r in requests)
     n = len(requests)
     input_ids = torch.full((n, width), pad_token_id, dtype=torch.long)
     mask = torch.zeros((n, width), dtype=torch.long)
     for i, r in enumerate(requests):
-        input_ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+        input_ids[i, width - len(r.prompt_ids) :] = torch.tensor(
+            r.prompt_ids, dtype=torch.long
+        )
         mask[i, width - len(r.prompt_ids) :] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
 
@@ -111,10 +124,16 @@ def generate_batch(model, requests: list[Request], *, pad_token_id: int, generat
         if all(finish):
             break
         out = model(
-            input_ids=step_ids, attention_mask=mask, position_ids=step_positions, past_key_values=past, use_cache=True
+            input_ids=step_ids,
+            attention_mask=mask,
+            position_ids=step_positions,
+            past_key_values=past,
+            use_cache=True,
         )
         past = out.past_key_values
-        chosen, chosen_lp = choose_tokens(out.logits[:, -1, :].float(), requests, generator)
+        chosen, chosen_lp = choose_tokens(
+            out.logits[:, -1, :].float(), requests, generator
+        )
         for i, r in enumerate(requests):
             if finish[i]:
                 continue
@@ -128,7 +147,9 @@ def generate_batch(model, requests: list[Request], *, pad_token_id: int, generat
         step_ids = chosen[:, None]
         step_positions = step_positions[:, -1:] + 1
         mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype)], dim=1)
-    return [Generation(t, lp, f or "length") for t, lp, f in zip(tokens, log_probs, finish)]
+    return [
+        Generation(t, lp, f or "length") for t, lp, f in zip(tokens, log_probs, finish)
+    ]
 
 
 class BatchingGenerator:
@@ -139,7 +160,15 @@ class BatchingGenerator:
     the work done (tests and the server's log line read them).
     """
 
-    def __init__(self, model, *, pad_token_id: int, seed: int = 0, batch_window_s: float = 0.005, max_batch_size: int = 256):
+    def __init__(
+        self,
+        model,
+        *,
+        pad_token_id: int,
+        seed: int = 0,
+        batch_window_s: float = 0.005,
+        max_batch_size: int = 256,
+    ):
         self.model = model.eval()
         self.pad_token_id = pad_token_id
         self.batch_window_s = batch_window_s
@@ -160,10 +189,17 @@ class BatchingGenerator:
 
     async def _run(self) -> None:
         while self._queue:
-            await asyncio.sleep(self.batch_window_s)  # let requests sent together arrive together
-            batch, self._queue = self._queue[: self.max_batch_size], self._queue[self.max_batch_size :]
+            await asyncio.sleep(
+                self.batch_window_s
+            )  # let requests sent together arrive together
+            batch, self._queue = (
+                self._queue[: self.max_batch_size],
+                self._queue[self.max_batch_size :],
+            )
             try:
-                results = await asyncio.to_thread(self._generate, [request for request, _ in batch])
+                results = await asyncio.to_thread(
+                    self._generate, [request for request, _ in batch]
+                )
             except Exception as exc:  # noqa: BLE001 - every waiting request gets the error
                 for _, future in batch:
                     if not future.done():
@@ -177,9 +213,16 @@ class BatchingGenerator:
         with self.lock:
             self.batches += 1
             self.requests += len(requests)
-            return generate_batch(self.model, requests, pad_token_id=self.pad_token_id, generator=self.generator)
+            return generate_batch(
+                self.model,
+                requests,
+                pad_token_id=self.pad_token_id,
+                generator=self.generator,
+            )
 
-    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> tuple[list[str], list[str]]:
+    def load_state_dict(
+        self, state: Mapping[str, torch.Tensor]
+    ) -> tuple[list[str], list[str]]:
         """Copy the trainer's tensors into the model (cast to its dtype); returns (missing, unexpected)."""
         with self.lock:
             result = self.model.load_state_dict(dict(state), strict=False)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import types
 from contextlib import contextmanager
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from verl.plugin.platform.platform_base import PlatformBase
@@ -61,7 +61,9 @@ class _CPUDeviceModule(types.ModuleType):
     def mem_get_info(self, *_args, **_kwargs):
         return (0, 0)
 
-    def __getattr__(self, name: str) -> Any:  # set_device, synchronize, empty_cache, memory_* ...
+    def __getattr__(
+        self, name: str
+    ) -> Any:  # set_device, synchronize, empty_cache, memory_* ...
         if name.startswith("__"):
             raise AttributeError(name)
         if name.startswith(("memory", "max_memory", "reset")):
@@ -101,7 +103,7 @@ class PlatformCPU(PlatformBase):
     def set_device(self, device_index: int) -> None:
         pass
 
-    def synchronize(self, device_index: Optional[int] = None) -> None:
+    def synchronize(self, device_index: int | None = None) -> None:
         pass
 
     def manual_seed(self, seed: int) -> None:

@@ -25,4 +25,7 @@ try:
     _rollout.register_replica()
     _rollout.register_worker_adapter()
 except Exception as exc:  # noqa: BLE001 - a plugin must not break `import verl` for other runs
-    logging.getLogger(__name__).warning("cancelctl's verl CPU runtime (VERL_PLATFORM=cpu, hf_cpu) is unavailable: %s", exc)
+    logging.getLogger(__name__).warning(
+        "cancelctl's verl CPU runtime (VERL_PLATFORM=cpu, hf_cpu) is unavailable: %s",
+        exc,
+    )

@@ -28,7 +28,9 @@ def init_gloo_process_group() -> bool:
     """Create the default gloo group from the torch.distributed env vars; True if this call made it."""
     import torch.distributed as dist
 
-    if dist.is_initialized() or not all(os.environ.get(name) for name in RENDEZVOUS_VARS):
+    if dist.is_initialized() or not all(
+        os.environ.get(name) for name in RENDEZVOUS_VARS
+    ):
         return False
     dist.init_process_group(
         backend="gloo",

@@ -25,6 +25,7 @@ partial-rollout abort with saved state, tensor/pipeline parallel rollouts.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -36,10 +37,17 @@ import torch
 from verl.utils.fs import copy_to_local
 from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.base import BaseRollout
-from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
+from verl.workers.rollout.replica import (
+    RolloutReplica,
+    RolloutReplicaRegistry,
+    TokenOutput,
+)
 
 from cancelctl.backends.verl.cpu import ROLLOUT_NAME
-from cancelctl.backends.verl.cpu.generator import BatchingGenerator, request_from_sampling_params
+from cancelctl.backends.verl.cpu.generator import (
+    BatchingGenerator,
+    request_from_sampling_params,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +64,10 @@ def load_model(model_path: str, trust_remote_code: bool = False):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(
-        model_path, dtype=torch.float32, attn_implementation="sdpa", trust_remote_code=trust_remote_code
+        model_path,
+        dtype=torch.float32,
+        attn_implementation="sdpa",
+        trust_remote_code=trust_remote_code,
     )
 
 
@@ -78,6 +89,11 @@ def stop_token_ids(model, model_path: str) -> list[int]:
     return ids
 
 
+def _append_line(path: str, line: str) -> None:
+    with open(path, "a") as f:
+        f.write(line + "\n")
+
+
 class HFCpuRolloutServer:
     """The rollout server actor (module docstring); async methods, so Ray runs it on an event loop."""
 
@@ -90,7 +106,9 @@ class HFCpuRolloutServer:
         pad = model.config.pad_token_id
         self.engine = BatchingGenerator(
             model,
-            pad_token_id=int(pad if pad is not None else (self.eos_token_ids or [0])[0]),
+            pad_token_id=int(
+                pad if pad is not None else (self.eos_token_ids or [0])[0]
+            ),
             seed=seed,
             batch_window_s=batch_window_s,
             max_batch_size=max_batch_size,
@@ -102,9 +120,14 @@ class HFCpuRolloutServer:
     async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
                        image_data=None, video_data=None, **kwargs):  # fmt: skip
         if image_data or video_data or kwargs.get("audio_data"):
-            raise NotImplementedError(f"the {ROLLOUT_NAME} rollout takes token ids only, not multimodal input")
+            raise NotImplementedError(
+                f"the {ROLLOUT_NAME} rollout takes token ids only, not multimodal input"
+            )
         request = request_from_sampling_params(
-            prompt_ids, sampling_params, response_length=self.response_length, eos_token_ids=self.eos_token_ids
+            prompt_ids,
+            sampling_params,
+            response_length=self.response_length,
+            eos_token_ids=self.eos_token_ids,
         )
         start = time.perf_counter()
         result = await self.engine.generate(request)
@@ -113,10 +136,15 @@ class HFCpuRolloutServer:
             token_ids=result.token_ids,
             log_probs=result.log_probs,
             stop_reason="completed",
-            extra_fields={"global_steps": self.global_steps or 0, "weight_version": self.version},
+            extra_fields={
+                "global_steps": self.global_steps or 0,
+                "weight_version": self.version,
+            },
         )
 
-    async def update_weights(self, state: dict[str, torch.Tensor], global_steps: int | None = None) -> int:
+    async def update_weights(
+        self, state: dict[str, torch.Tensor], global_steps: int | None = None
+    ) -> int:
         missing, unexpected = self.engine.load_state_dict(state)
         self.version += 1
         self.global_steps = global_steps
@@ -133,8 +161,9 @@ class HFCpuRolloutServer:
         }
         print(f"{ROLLOUT_NAME} rollout weights: {json.dumps(record)}", flush=True)
         if os.environ.get(WEIGHT_LOG_ENV):
-            with open(os.environ[WEIGHT_LOG_ENV], "a") as f:
-                f.write(json.dumps(record) + "\n")
+            await asyncio.to_thread(
+                _append_line, os.environ[WEIGHT_LOG_ENV], json.dumps(record)
+            )
         return self.version
 
     async def get_version(self) -> int:
@@ -186,7 +215,9 @@ class HFCpuReplica(RolloutReplica):
             .options(name=name, num_cpus=0, max_concurrency=self.max_concurrency)
             .remote(
                 name,
-                copy_to_local(model_config.path, use_shm=model_config.get("use_shm", False)),
+                copy_to_local(
+                    model_config.path, use_shm=model_config.get("use_shm", False)
+                ),
                 response_length=self.config.response_length,
                 seed=self.config.seed + self.replica_rank,
                 trust_remote_code=model_config.get("trust_remote_code", False),
@@ -218,7 +249,9 @@ class HFCpuServerAdapter(BaseRollout):
     async def update_weights(self, weights, wire_format: str = "named_tensors", global_steps: int | None = None,
                              peft_config=None, **kwargs):  # fmt: skip
         if wire_format != "named_tensors" or peft_config is not None:
-            raise NotImplementedError(f"the {ROLLOUT_NAME} rollout takes full named tensors, not {wire_format} / LoRA")
+            raise NotImplementedError(
+                f"the {ROLLOUT_NAME} rollout takes full named tensors, not {wire_format} / LoRA"
+            )
         state = {}
         for name, tensor in weights:  # every rank drains: FSDP gathers collectively
             if hasattr(tensor, "full_tensor"):
