@@ -48,12 +48,17 @@ def build_tokenizer(path: Path):
     from transformers import PreTrainedTokenizerFast
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    tok = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[]))
+    tok = Tokenizer(
+        models.BPE(vocab={ch: i for i, ch in enumerate(alphabet)}, merges=[])
+    )
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(list(SPECIALS))
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=CHATML
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=CHATML,
     )
     fast.save_pretrained(path)
     return fast
@@ -80,7 +85,9 @@ def build_model(path: Path) -> None:
     )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=[im_end, endoftext], pad_token_id=endoftext)
+    model.generation_config = GenerationConfig(
+        eos_token_id=[im_end, endoftext], pad_token_id=endoftext
+    )
     model.save_pretrained(path)
 
 
@@ -119,7 +126,9 @@ def build_tiny_verl(out_dir: Path, steps: int = 3) -> TinyVerl:
     return tiny
 
 
-def main_ppo_overrides(tiny: TinyVerl, out_dir: Path, steps: int = 3, group_size: int = 4) -> list[str]:
+def main_ppo_overrides(
+    tiny: TinyVerl, out_dir: Path, steps: int = 3, group_size: int = 4
+) -> list[str]:
     """A small GRPO run: PROMPTS_PER_STEP prompts × group_size, ≤ 16 response tokens, no validation."""
     rows = PROMPTS_PER_STEP * group_size
     return [

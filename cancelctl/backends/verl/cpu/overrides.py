@@ -35,8 +35,10 @@ CPU_OVERRIDES: tuple[str, ...] = (
     "actor_rollout_ref.model.enable_gradient_checkpointing=False",
     f"actor_rollout_ref.model.external_lib={PROCESS_GROUP_MODULE}",  # utils/distributed.py:89 workaround
     f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",  # default 2; the hf_cpu replica is one process
     "actor_rollout_ref.rollout.agent.num_workers=1",
     "reward.num_workers=1",
+    "data.dataloader_num_workers=0",  # default 8 forks of the TaskRunner: ~0.45 GiB RSS each
     # cancelctl's V1 trainer (verl's sync trainer unless batching is set) shortens the replay-buffer poll
     "trainer.v1.trainer_mode=cancelctl",
     f"+trainer.v1.cancelctl.poll_interval={POLL_INTERVAL_S}",

@@ -138,7 +138,11 @@ class PlatformCPU(PlatformBase):
         pass
 
     def ray_resource_name(self) -> str:
-        return "CPU"
+        return "CPU"  # placement bundles get {"CPU": 1} per rank (single_controller/ray/base.py:146-148)
+
+    def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
+        # the base class would give {"resources": {"CPU": n}}, which Ray refuses (base.py:404-406)
+        return {"num_cpus": num_gpus}
 
     def ray_noset_envvars(self) -> list[str]:
         return []
