@@ -9,6 +9,10 @@ trainer 'cancelctl'" error rather than training with the wrong batch order.
 import logging
 
 try:
+    # the trainer's imports resolve verl's platform: the `cpu` one must be registered before (cpu/plugin.py)
+    from cancelctl.backends.verl.cpu import platform as _cpu_platform
+
+    del _cpu_platform  # imported for its registration only
     from cancelctl.backends.verl import trainer as _trainer  # noqa: F401  (registers "cancelctl")
 except Exception as exc:  # noqa: BLE001 - a plugin must not break `import verl` for other runs
     logging.getLogger(__name__).warning(

@@ -2,8 +2,9 @@
 
 Registered with verl's own `@register_trainer("cancelctl")` and selected with
 `trainer.v1.trainer_mode=cancelctl` plus `+trainer.v1.cancelctl.batching=<order>` (render.py writes
-both); the TaskRunner imports this module through the `verl.plugins` entry point (plugin_trainer.py).
-No fork and no patching: it overrides two of `PPOTrainer`'s methods.
+both) and optionally `+trainer.v1.cancelctl.poll_interval=<s>` (the replay buffer's poll); the
+TaskRunner imports this module through the `verl.plugins` entry point (plugin_trainer.py).
+No fork and no patching: it overrides three of `PPOTrainer`'s methods.
 
 - `_balance_batch` (verl runs it on every step, between reward and old-log-prob, so *before*
   advantages exist) reorders the sampled batch. verl then gives DP rank r the r-th contiguous slice
@@ -184,9 +185,25 @@ class CancelctlTrainer(PPOTrainerSync):
                 f"trainer.v1.{TRAINER_NAME}.batching={self.batching} needs actor_rollout_ref.actor.shuffle=False: "
                 "verl's mini-batch iterator would shuffle rows across the order this trainer builds"
             )
+        poll = settings.get("poll_interval", None)
+        if poll is not None and not float(poll) > 0:
+            raise ValueError(f"trainer.v1.{TRAINER_NAME}.poll_interval={poll!r}: expected seconds > 0")
+        self.poll_interval = None if poll is None else float(poll)
         with open_dict(config):  # verl's own code paths test `trainer_mode != "sync"` (module doc)
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config)
+
+    def _build_replay_buffer(self):
+        """verl's replay buffer (or the custom sampler), polling every `poll_interval` s if set.
+
+        verl fixes the poll at 2.0 s (`trainer/ppo/v1/replay_buffer.py:144`; no config key reaches it for
+        its own buffer, `trainer_base.py:155-185`), and a step's generation phase cannot end sooner
+        than one poll: on CPU that poll was most of a step (cpu/overrides.py sets 0.05 s).
+        """
+        buffer = super()._build_replay_buffer()
+        if self.poll_interval is not None:
+            buffer.poll_interval = self.poll_interval
+        return buffer
 
     # ------------------------------------------------------------------ batch order
 

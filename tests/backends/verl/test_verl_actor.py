@@ -3,7 +3,8 @@
 One subprocess (verl's module-level platform/engine state is per process) runs every scenario of
 SCENARIOS through `ActorRolloutRefWorker` → `TrainingWorker` → FSDP2 engine → `ppo_loss` (wrapped by
 losses.verl_plugin) → the registered loss, over a tiny random Qwen2 (verl_actor_run.py; the CPU
-platform is cpu_platform.py, registered through verl's PlatformRegistry). Two SGD steps (lr 1, fp32)
+platform is cancelctl.backends.verl.cpu.platform, registered through verl's PlatformRegistry by the
+`verl.plugins` entry point). Two SGD steps (lr 1, fp32)
 per scenario on one batch of 8 prompts × G 4; step 2 is off-policy, so the clips act.
 """
 

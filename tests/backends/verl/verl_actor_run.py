@@ -25,13 +25,13 @@ PROMPTS, G, PROMPT_LEN, RESPONSE_LEN, VOCAB = 8, 4, 6, 10, 256
 
 
 def cpu_env(port: int) -> dict[str, str]:
-    """Environment of a one-process verl run on the CPU platform of cpu_platform.py."""
-    repo = HERE.parents[2]
+    """Environment of a one-process verl run on cancelctl's `cpu` platform (cancelctl.backends.verl.cpu,
+    loaded by the `verl.plugins` entry point: nothing on PYTHONPATH)."""
+    from cancelctl.backends.verl.cpu.overrides import CPU_ENV
+
     return {
-        "VERL_USE_EXTERNAL_MODULES": "cpu_platform",
-        "VERL_PLATFORM": "cpu",
-        "VERL_ENGINE_DEVICE": "cuda",  # the FSDP LM engine is registered for cuda/npu only
-        "PYTHONPATH": os.pathsep.join([str(HERE), str(repo), os.environ.get("PYTHONPATH", "")]),
+        "VERL_PLATFORM": CPU_ENV["VERL_PLATFORM"],
+        "VERL_ENGINE_DEVICE": CPU_ENV["VERL_ENGINE_DEVICE"],  # the FSDP LM engine is registered for cuda/npu only
         "RANK": "0",
         "LOCAL_RANK": "0",
         "WORLD_SIZE": "1",

@@ -1,22 +1,27 @@
-"""Test support only: a CPU platform for verl 0.9.1, so its real actor update runs without a GPU.
+"""The `cpu` platform for verl 0.9.1, registered through verl's own `PlatformRegistry`.
 
 verl ships no CPU platform and falls back to "nvidia" (plugin/platform/platform_manager.py:113-117),
-whose "cuda" device breaks `init_device_mesh`. This registers one through verl's own extension point,
-`PlatformRegistry.register`, selected with VERL_PLATFORM=cpu and imported through
-VERL_USE_EXTERNAL_MODULES=cpu_platform (verl/__init__.py:49-52, before any module reads the device
-name). The FSDP LM engine is registered for cuda/npu only: VERL_ENGINE_DEVICE=cuda (engine/base.py:405)
-picks it. Production runs CUDA; nothing outside tests imports this.
+whose "cuda" device breaks `init_device_mesh`. `PlatformRegistry.register("cpu")` (an official
+extension point) adds one; it is selected only by VERL_PLATFORM=cpu (`is_platform_available` is
+False, so auto-detection on a GPU host never picks it). Imported by the `verl.plugins` entry point
+(cpu/plugin.py) in every process that imports verl, before any module reads the device name
+(`workers/engine/fsdp/transformer_impl.py:89` does at import).
+
+The FSDP LM engine is registered for cuda/npu only (`transformer_impl.py:1143`): a CPU run sets
+VERL_ENGINE_DEVICE=cuda (`workers/engine/base.py:405`) to pick it (cpu/overrides.py).
 """
 
 from __future__ import annotations
 
 import types
 from contextlib import contextmanager
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry
+
+from cancelctl.backends.verl.cpu import PLATFORM_NAME
 
 
 def _noop(*_args, **_kwargs):
@@ -56,7 +61,9 @@ class _CPUDeviceModule(types.ModuleType):
     def mem_get_info(self, *_args, **_kwargs):
         return (0, 0)
 
-    def __getattr__(self, name: str) -> Any:  # set_device, synchronize, empty_cache, memory_* ...
+    def __getattr__(
+        self, name: str
+    ) -> Any:  # set_device, synchronize, empty_cache, memory_* ...
         if name.startswith("__"):
             raise AttributeError(name)
         if name.startswith(("memory", "max_memory", "reset")):
@@ -67,7 +74,7 @@ class _CPUDeviceModule(types.ModuleType):
 CPU_DEVICE = _CPUDeviceModule()
 
 
-@PlatformRegistry.register(platform="cpu")
+@PlatformRegistry.register(platform=PLATFORM_NAME)
 class PlatformCPU(PlatformBase):
     @property
     def device_name(self) -> str:
@@ -96,7 +103,7 @@ class PlatformCPU(PlatformBase):
     def set_device(self, device_index: int) -> None:
         pass
 
-    def synchronize(self, device_index: Optional[int] = None) -> None:
+    def synchronize(self, device_index: int | None = None) -> None:
         pass
 
     def manual_seed(self, seed: int) -> None:
@@ -131,7 +138,11 @@ class PlatformCPU(PlatformBase):
         pass
 
     def ray_resource_name(self) -> str:
-        return "CPU"
+        return "CPU"  # placement bundles get {"CPU": 1} per rank (single_controller/ray/base.py:146-148)
+
+    def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
+        # the base class would give {"resources": {"CPU": n}}, which Ray refuses (base.py:404-406)
+        return {"num_cpus": num_gpus}
 
     def ray_noset_envvars(self) -> list[str]:
         return []

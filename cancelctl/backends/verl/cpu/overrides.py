@@ -1,0 +1,52 @@
+"""What `python -m verl.trainer.main_ppo` needs to run on CPU: env vars and Hydra overrides, as data.
+
+cancelctl renders these for a spec with `cluster.device: cpu`; README's verl section lists the same
+command (`cpu_command()`). Plain data: importing this module imports neither verl nor Hydra.
+Sources (verl 0.9.1 file:line) are in ../shared/notes/verl-e2e-cpu.md; one line of why per item here.
+"""
+
+from __future__ import annotations
+
+from cancelctl.backends.verl.cpu import PLATFORM_NAME, ROLLOUT_NAME
+
+PROCESS_GROUP_MODULE = "cancelctl.backends.verl.cpu.process_group"
+# V1's replay buffer sleeps this long between polls (verl's default 2.0 s; read by cancelctl's trainer)
+POLL_INTERVAL_S = 0.05
+
+CPU_ENV: dict[str, str] = {
+    "VERL_PLATFORM": PLATFORM_NAME,  # the `cpu` platform of cpu/platform.py (never auto-detected)
+    "VERL_ENGINE_DEVICE": "cuda",  # the FSDP LM engine is registered for cuda/npu only; the key, not a device
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray keeps 127.0.0.1 (loopback; single node only)
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+CPU_OVERRIDES: tuple[str, ...] = (
+    "trainer.device=cpu",
+    "trainer.n_gpus_per_node=1",  # one training rank per node
+    # logical resources: 1 CPU per training rank + the TransferQueue controller + 1 storage unit (fewer
+    # hangs silently); 1 logical GPU passes verl's pool check, nothing binds it to a device
+    "ray_kwargs.ray_init.num_cpus=3",
+    "+ray_kwargs.ray_init.num_gpus=1",
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    "actor_rollout_ref.actor.strategy=fsdp2",  # FSDP1 refuses CPU parameters (sync_module_states)
+    "actor_rollout_ref.model.use_remove_padding=False",  # flash-attn varlen path
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # default flash_attention_2
+    "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+    f"actor_rollout_ref.model.external_lib={PROCESS_GROUP_MODULE}",  # utils/distributed.py:89 workaround
+    f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",  # default 2; the hf_cpu replica is one process
+    "actor_rollout_ref.rollout.agent.num_workers=1",
+    "reward.num_workers=1",
+    "data.dataloader_num_workers=0",  # default 8 forks of the TaskRunner: ~0.45 GiB RSS each
+    # cancelctl's V1 trainer (verl's sync trainer unless batching is set) shortens the replay-buffer poll
+    "trainer.v1.trainer_mode=cancelctl",
+    f"+trainer.v1.cancelctl.poll_interval={POLL_INTERVAL_S}",
+)
+
+
+def cpu_command(extra_overrides: tuple[str, ...] | list[str] = ()) -> str:
+    """The shell command of a CPU run (env vars, then main_ppo with the CPU overrides, then `extra`)."""
+    env = " ".join(f"{k}={v}" for k, v in CPU_ENV.items())
+    lines = [f"{env} python -m verl.trainer.main_ppo", *CPU_OVERRIDES, *extra_overrides]
+    return " \\\n    ".join(lines)

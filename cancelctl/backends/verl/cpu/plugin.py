@@ -1,0 +1,31 @@
+"""`verl.plugins` entry point `cancelctl_cpu` (pyproject.toml): registers the CPU runtime in every
+process that imports verl.
+
+verl imports every `verl.plugins` entry point at the end of `verl/__init__.py` (`:55-76`), so
+the driver, the TaskRunner and every Ray actor (WorkerDict, agent-loop and reward workers, the
+rollout server) run this on their first `import verl`, before they resolve the platform (first
+`get_platform()` call) — no VERL_USE_EXTERNAL_MODULES or PYTHONPATH needed. (VERL_USE_EXTERNAL_PLUGINS
+=none, or a list without `cancelctl_cpu`, turns it off.) Order matters: importing verl's rollout
+modules resolves the platform, so the platform is registered first, here and in plugin_trainer.py
+(whose trainer import resolves it too, whichever entry point loads first).
+
+Registers: the `cpu` platform (used only with VERL_PLATFORM=cpu), the `hf_cpu` rollout replica
+and its worker-side adapter (used only with `actor_rollout_ref.rollout.name=hf_cpu`). Importing the
+rollout registers imports verl's rollout base and replica modules; cancelctl's trainer plugin
+imports those (and more) in the same processes anyway. No model, tokenizer or Ray actor is touched
+at import. verl logs a failing plugin only at DEBUG: this one says why at WARNING.
+"""
+
+import logging
+
+try:
+    from cancelctl.backends.verl.cpu import platform as _platform  # noqa: F401  (registers "cpu")
+    from cancelctl.backends.verl.cpu import rollout as _rollout
+
+    _rollout.register_replica()
+    _rollout.register_worker_adapter()
+except Exception as exc:  # noqa: BLE001 - a plugin must not break `import verl` for other runs
+    logging.getLogger(__name__).warning(
+        "cancelctl's verl CPU runtime (VERL_PLATFORM=cpu, hf_cpu) is unavailable: %s",
+        exc,
+    )
