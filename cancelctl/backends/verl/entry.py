@@ -40,21 +40,29 @@ import os
 import re
 import signal
 import subprocess
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from cancelctl import preemption
 from cancelctl.backends.verl import render
 from cancelctl.backends.verl.compute import ComputeAccount
-from cancelctl.backends.verl.render import config_name, launch_blockers, render_override_set
+from cancelctl.backends.verl.render import (
+    config_name,
+    launch_blockers,
+    render_override_set,
+)
 from cancelctl.monitor import RunMonitor
 from cancelctl.plan import RunSpec
 from cancelctl.tracking.runfiles import iter_metrics_lines
 from cancelctl.workdir import METRICS_JSONL
 
 VERL_METRICS = "verl_metrics.jsonl"
+ROLLOUT_WEIGHTS = "rollout_weights.jsonl"  # cluster.device cpu: the hf_cpu rollout's weight syncs
 POLL_SECONDS = 5.0
 STOP_GRACE_SECONDS = 30.0
 _ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"
@@ -67,20 +75,33 @@ MECHANISM_PREFIXES = ("mismatch/", "hacking/", "dfpo/", "cancel/")
 
 def job_overrides(run: RunSpec, run_dir: Path) -> list[str]:
     overrides = render_override_set(run)
-    metrics_path = str(run_dir / VERL_METRICS)
     overrides.set("trainer.logger", ["console", "file"])
     overrides.set("trainer.default_local_dir", str(run_dir / "checkpoints"))
     overrides.set("hydra.run.dir", str(run_dir / "hydra"))
     # The file logger lives in verl's TaskRunner (a Ray actor, any node): pass the path through
     # Ray's runtime_env as well as our own environment.
-    overrides.set(f"{_ENV_VARS}.VERL_FILE_LOGGER_PATH", metrics_path, add=True)
-    for name, value in render.job_env(run).items():  # every Ray worker, on any node, imports verl with them
+    # every Ray worker, on any node, imports verl with these
+    for name, value in {**render.job_env(run), **run_files_env(run, run_dir)}.items():
         overrides.set(f"{_ENV_VARS}.{name}", value, add=True)
     return overrides.lines()
 
 
-def job_command(run: RunSpec, run_dir: Path) -> list[str]:
-    return [*render.VERL_ENTRY, "--config-name", config_name(run), *job_overrides(run, run_dir)]
+def run_files_env(run: RunSpec, run_dir: Path) -> dict[str, str]:
+    """Where verl's processes write into the run folder: the metrics file logger, and on CPU the
+    rollout's weight-sync record (one line per update: version = step + 1 when weights follow)."""
+    env = {"VERL_FILE_LOGGER_PATH": str(run_dir / VERL_METRICS)}
+    if run.spec.cluster.device == "cpu":
+        from cancelctl.backends.verl.cpu import WEIGHT_LOG_ENV
+
+        env[WEIGHT_LOG_ENV] = str(run_dir / ROLLOUT_WEIGHTS)
+    return env
+
+
+def job_command(run: RunSpec, run_dir: Path, python: str | None = None) -> list[str]:
+    """verl's command in the job; `python`: the job's own interpreter (the one with cancelctl and verl
+    installed; a bare `python3` on a node's PATH may be another), shown as `python3` by `render`."""
+    entry = [python, *render.VERL_ENTRY[1:]] if python else render.VERL_ENTRY
+    return [*entry, "--config-name", config_name(run), *job_overrides(run, run_dir)]
 
 
 def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = None) -> dict[str, float]:
@@ -92,7 +113,7 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     run_dir = Path(run_dir)
     # A requeued attempt: the previous one forwarded its lines already (its last pump runs on exit).
     (run_dir / VERL_METRICS).unlink(missing_ok=True)
-    env = dict(os.environ, **render.job_env(run), VERL_FILE_LOGGER_PATH=str(run_dir / VERL_METRICS))
+    env = dict(os.environ, **render.job_env(run), **run_files_env(run, run_dir))
     compute = ComputeAccount.from_run_dir(run, run_dir / METRICS_JSONL)  # earlier attempts' steps
     # verl resumes from its latest checkpoint; the rules' windows are refilled from the steps logged
     mon = RunMonitor(run.spec.monitor, run_dir, resume_step=last_logged_step(run_dir / METRICS_JSONL))
@@ -102,7 +123,10 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
         run_dir / VERL_METRICS, logger, monitored(compute.add, mon), skip_through=last_logged_step(run_dir / METRICS_JSONL)
     )
     # Own session: on cancel/requeue the whole tree (verl driver, Ray started by it) is stopped.
-    proc = subprocess.Popen(job_command(run, run_dir), cwd=run_dir, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        job_command(run, run_dir, sys.executable), cwd=run_dir, env=env, start_new_session=True, stderr=subprocess.PIPE
+    )
+    stderr = StderrTail(proc.stderr)  # still the job's stderr; its tail names a failed worker's exception
     try:
         while proc.poll() is None:
             forwarder.pump()
@@ -116,12 +140,56 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     finally:
         if proc.poll() is None:
             _stop(proc)
+        stderr.join()
         forwarder.pump()
     if mon.stopped is not None:
         return forwarder.last
     if proc.returncode != 0:
-        raise RuntimeError(f"verl exited with status {proc.returncode} (run {run.name}; log: job stdout/stderr)")
+        cause = root_exception(stderr.lines)
+        raise RuntimeError(
+            f"verl exited with status {proc.returncode}" + (f": {cause}" if cause else "")
+            + f" (run {run.name}; log: job stderr)"
+        )
     return forwarder.last
+
+
+class StderrTail:
+    """Copies a child's stderr to this process's, line by line, keeping the last `keep` lines."""
+
+    def __init__(self, stream: Any, keep: int = 3000):
+        self.lines: deque[str] = deque(maxlen=keep)
+        self._thread = threading.Thread(target=self._copy, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _copy(self, stream: Any) -> None:
+        out = getattr(sys.stderr, "buffer", None)
+        for raw in iter(stream.readline, b""):
+            if out is not None:
+                out.write(raw)
+                out.flush()
+            self.lines.append(raw.decode("utf-8", "replace").rstrip("\n"))
+        stream.close()
+
+    def join(self, timeout: float = 10.0) -> None:
+        self._thread.join(timeout)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RAY_PREFIX = re.compile(r"^\((?:\w+ )?pid=\d+(?:, ip=[^)]*)?\)\s*")  # "(RewardLoopWorker pid=12)" on worker lines
+_EXCEPTION_LINE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?:\((?P<inner>\w+)\))?: (?P<msg>.+)")
+_WRAPPERS = ("ray.exceptions.", "RayTaskError", "RayActorError", "ActorDiedError")
+
+
+def root_exception(lines: Iterable[str]) -> str | None:
+    """The first exception line in verl's stderr that is not one of Ray's wrappers: the exception a
+    worker (reward, rollout, actor) raised, which the driver then re-raises inside RayTaskError and
+    verl's own generic errors. None when there is none."""
+    for line in lines:
+        text = _RAY_PREFIX.sub("", _ANSI.sub("", line)).strip()
+        match = _EXCEPTION_LINE.match(text)
+        if match and not match.group("name").startswith(_WRAPPERS):
+            return f"{match.group('name')}: {match.group('msg')}"
+    return None
 
 
 def monitored(
@@ -144,7 +212,10 @@ def last_logged_step(metrics_jsonl: Path) -> int:
 
 def check_loss_plugin() -> None:
     """Fail before training, in one sentence with the fix, if verl would run without our losses."""
-    from losses.verl_plugin import PluginNotActive, assert_active  # imports verl (~11 s): job-side only
+    from losses.verl_plugin import (  # imports verl (~11 s): job-side only
+        PluginNotActive,
+        assert_active,
+    )
 
     try:
         assert_active()

@@ -16,3 +16,5 @@ until VERL_PLATFORM=cpu / `actor_rollout_ref.rollout.name=hf_cpu` ask for them.
 
 PLATFORM_NAME = "cpu"
 ROLLOUT_NAME = "hf_cpu"
+# file the hf_cpu rollout appends one JSON line to per weight sync (cancelctl sets it per run)
+WEIGHT_LOG_ENV = "CANCELCTL_HF_CPU_WEIGHT_LOG"

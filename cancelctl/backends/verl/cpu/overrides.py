@@ -7,6 +7,8 @@ Sources (verl 0.9.1 file:line) are in ../shared/notes/verl-e2e-cpu.md; one line 
 
 from __future__ import annotations
 
+import yaml
+
 from cancelctl.backends.verl.cpu import PLATFORM_NAME, ROLLOUT_NAME
 
 PROCESS_GROUP_MODULE = "cancelctl.backends.verl.cpu.process_group"
@@ -43,6 +45,18 @@ CPU_OVERRIDES: tuple[str, ...] = (
     "trainer.v1.trainer_mode=cancelctl",
     f"+trainer.v1.cancelctl.poll_interval={POLL_INTERVAL_S}",
 )
+
+# Env vars that hold on one node only (loopback): a multi-node run's Ray uses the nodes' addresses.
+MULTI_NODE_UNSET_ENV = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",)
+
+
+def _setting(line: str) -> tuple[str, object]:
+    key, _, value = line.partition("=")
+    return key, yaml.safe_load(value)  # "False" -> False, "3" -> 3: Python values for OverrideSet
+
+
+# The same overrides as (key, value) for cancelctl's render ("+" before a key verl's config lacks).
+CPU_SETTINGS: dict[str, object] = dict(_setting(line) for line in CPU_OVERRIDES)
 
 
 def cpu_command(extra_overrides: tuple[str, ...] | list[str] = ()) -> str:

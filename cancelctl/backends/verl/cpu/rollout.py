@@ -43,7 +43,7 @@ from verl.workers.rollout.replica import (
     TokenOutput,
 )
 
-from cancelctl.backends.verl.cpu import ROLLOUT_NAME
+from cancelctl.backends.verl.cpu import ROLLOUT_NAME, WEIGHT_LOG_ENV
 from cancelctl.backends.verl.cpu.generator import (
     BatchingGenerator,
     request_from_sampling_params,
@@ -51,7 +51,6 @@ from cancelctl.backends.verl.cpu.generator import (
 
 logger = logging.getLogger(__name__)
 
-WEIGHT_LOG_ENV = "CANCELCTL_HF_CPU_WEIGHT_LOG"
 ADAPTER_PATH = f"{__name__}.HFCpuServerAdapter"
 
 
