@@ -80,6 +80,8 @@ class RunJob(Checkpointable):
         from cancelctl.raycluster import Allocation, serve_worker
 
         allocation = Allocation.from_env()  # None unless this is one task of a multi-node job
+        if allocation is not None:
+            allocation = allocation.for_device(run_device(Path(self.run_dir)))
         if allocation is not None and not allocation.is_head:
             # a worker node of the run's Ray cluster: the run folder, MLflow and requeue are rank 0's
             serve_worker(allocation, Path(self.run_dir))
@@ -93,6 +95,14 @@ class RunJob(Checkpointable):
 
     def __repr__(self) -> str:
         return f"RunJob({self.run_dir!r}, token={self.token!r})"
+
+
+def run_device(run_dir: Path) -> str:
+    """The run's `cluster.device` (every rank reads it: each node's Ray offers what the run needs)."""
+    from cancelctl.plan import RunSpec
+
+    record = json.loads(RunFolder(run_dir).run_json.read_text(encoding="utf-8"))
+    return RunSpec.from_json(record["run"]).spec.cluster.device
 
 
 def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None, allocation: Any = None) -> dict[str, float]:

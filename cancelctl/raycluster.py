@@ -38,7 +38,7 @@ import time
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ WATCH_EVERY_S = 2.0
 # Port layout: each job takes a slot of NODE_BLOCKS blocks of PORTS_PER_NODE ports; rank r uses
 # block r % NODE_BLOCKS (ranks beyond that are on other machines of a real cluster).
 PORT_FLOOR, PORT_SLOTS, PORTS_PER_NODE, NODE_BLOCKS = 10000, 27, 100, 8
+CPU_RUN_LOGICAL_CPUS = 3  # Ray's logical CPUs per node of a CPU verl run (cluster.device cpu)
 _PORT_OFFSETS = {"port": 0, "node-manager-port": 1, "object-manager-port": 2, "ray-client-server-port": 3,
                  "dashboard-agent-grpc-port": 4, "dashboard-agent-listen-port": 5, "metrics-export-port": 6,
                  "runtime-env-agent-port": 7, "dashboard-port": 8, "min-worker-port": 10, "max-worker-port": PORTS_PER_NODE - 1}
@@ -122,6 +123,15 @@ class Allocation:
             f"--resources={json.dumps({node_resource(node.name): 1}, separators=(',', ':'))}",
             "--disable-usage-stats",
         ]
+
+    def for_device(self, device: str) -> Allocation:
+        """What each node offers Ray for a run on `device`. cpu (verl's loop on CPU cores): one logical
+        GPU per node, which verl's resource pool counts and nothing binds to a device, and the logical
+        CPUs a CPU run schedules on (a training rank, TransferQueue's controller and storage unit;
+        the single-node figure of cancelctl.backends.verl.cpu.overrides)."""
+        if device != "cpu":
+            return self
+        return replace(self, cpus=max(self.cpus, CPU_RUN_LOGICAL_CPUS), gpus=1)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Allocation | None:

@@ -233,3 +233,13 @@ def test_fuzz_random_bytes_and_encodings_never_traceback(tmp_path, raw):
         load_sweep(path)
     except SpecError as exc:
         assert exc.issues and all(issue.message for issue in exc.issues)
+
+
+def test_a_cpu_device_with_gpus_and_a_reward_function_that_is_no_python_file_point_at_their_lines(write_yaml):
+    text = BASE.replace("  rollout:\n", "  cluster: {device: cpu, gpus_per_node: 8}\n  rollout:\n")
+    [issue] = issues_of(write_yaml(text))
+    assert issue.location.line == 3 and issue.path.startswith("base.cluster")
+    assert "requests no GPU" in issue.message
+    text = BASE.replace("  rollout:\n", "  data: {reward_function: 'rewards.txt'}\n  rollout:\n")
+    [issue] = issues_of(write_yaml(text))
+    assert issue.location.line == 3 and issue.path == "base.data.reward_function" and "FILE.py" in issue.message

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from slurm_gate import cluster_problem
+from slurm_gate import MULTI_PARTITION, cluster_problem, multi_node_problem
 
 from cancelctl.jobs import read_attempts, read_error
 from cancelctl.launch import cancel_sweep, sweep_status
 from cancelctl.tracking import default_tracking_uri
-from cancelctl.workdir import sweep_paths
+from cancelctl.workdir import known_sweeps, sweep_paths
 
 _PROBLEM = cluster_problem()
 pytestmark = [pytest.mark.slurm, pytest.mark.verl, pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")]
@@ -99,8 +99,7 @@ def workdir(tmp_path, template_db):
     path.mkdir()
     (path / "mlflow.db").write_bytes(Path(template_db).read_bytes())
     yield path
-    sweeps = sweep_paths(path, "x").root.parent
-    for sweep in (p.name for p in sweeps.iterdir()) if sweeps.exists() else ():
+    for sweep in known_sweeps(path):
         if any(s.active for s in sweep_status(path, sweep)):
             cancel_sweep(path, sweep)
 
@@ -234,7 +233,7 @@ def test_requeue_resumes_stop_keeps_its_checkpoint_a_bad_reward_names_itself_can
     }
     path = verl_sweep(tmp_path, made, arms, steps=4)
     sweep = yaml.safe_load(path.read_text())["name"]
-    result = cli("sweep", str(path), "--workdir", str(workdir), "--no-wait")
+    result = cli("sweep", str(path), "--workdir", str(workdir), "--no-wait", "--allow-unmatched")
     assert result.returncode == 0, result.stdout + result.stderr
     run_dirs = {d.name.split("-s0__")[0]: d for d in sweep_paths(workdir, sweep).runs_dir.iterdir()}
 
@@ -273,3 +272,25 @@ def test_requeue_resumes_stop_keeps_its_checkpoint_a_bad_reward_names_itself_can
     assert cli("cancel", sweep, "--workdir", str(workdir)).returncode == 0
     wait_until(lambda: not job_processes(long_job), 60, f"every process of job {long_job} to end")
     assert states(workdir, sweep)["long"].state == "cancelled"
+
+
+@pytest.mark.skipif(multi_node_problem(2) is not None, reason=multi_node_problem(2) or "")
+def test_one_verl_run_over_the_two_nodes_of_partition_multi(tmp_path, tiny, workdir):
+    """Ray head + worker from cancelctl.raycluster on n1/n2, verl joining it with trainer.nnodes=2:
+    data-parallel world size 2, one CPU training rank per node."""
+    made, _ = tiny
+    path = verl_sweep(tmp_path, made, {"two-nodes": {}}, steps=2, base={
+        "cluster": {"device": "cpu", "nodes": 2, "partition": MULTI_PARTITION, "cpus_per_task": 2, "time_min": 20},
+    })
+    sweep = yaml.safe_load(path.read_text())["name"]
+    result = cli("sweep", str(path), "--workdir", str(workdir), "--wait")
+    assert result.returncode == 0 and "1 completed" in result.stdout, result.stdout + result.stderr
+    import mlflow
+
+    client = mlflow.MlflowClient(default_tracking_uri(workdir))
+    (run,) = client.search_runs([client.get_experiment_by_name(sweep).experiment_id])
+    assert run.data.tags["cancelctl.ray.nodes"] == "n1,n2"
+    assert {m.step for m in client.get_metric_history(run.info.run_id, "critic/score/mean")} == {1, 2}
+    run_dir = next(sweep_paths(workdir, sweep).runs_dir.iterdir())
+    overrides = (run_dir / "hydra" / ".hydra" / "overrides.yaml").read_text()
+    assert "trainer.nnodes=2" in overrides and "trainer.n_gpus_per_node=1" in overrides

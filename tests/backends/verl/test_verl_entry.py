@@ -114,6 +114,21 @@ def test_steps_a_resumed_verl_replays_are_forwarded_once(tmp_path):
     assert fwd.pump() == 2 and [s for s, _ in logger.points] == [5, 6] and fwd.replayed == {3, 4}
 
 
+def test_root_exception_is_the_workers_own_not_rays_wrapper_nor_the_trainers():
+    """A reward function that raises fails verl from a Ray worker: the worker's exception line comes
+    first (with Ray's coloured "(Worker pid=N)" prefix), then Ray's wrapper and verl's generic error."""
+    tail = [
+        "/x/verl/workers/engine/__init__.py:69: UserWarning: megatron engine is not available: ModuleNotFoundError(...)",
+        "\x1b[36m(AgentLoopWorkerTQ pid=12128)\x1b[0m     raise ValueError('reward broke on purpose: ' + ground_truth)",
+        "\x1b[36m(AgentLoopWorkerTQ pid=12128)\x1b[0m ValueError: reward broke on purpose: apple",
+        "ray.exceptions.RayTaskError(ValueError): ray::TaskRunnerV1.run() (pid=9, ip=127.0.0.1)",
+        "RuntimeError: Sync replay buffer selected terminal groups with no materializable trajectories",
+    ]
+    assert entry.root_exception(tail) == "ValueError: reward broke on purpose: apple"
+    assert entry.root_exception(tail[3:]) == "RuntimeError: Sync replay buffer selected terminal groups with no materializable trajectories"
+    assert entry.root_exception(["plain log line", "step:1 - a:1"]) is None
+
+
 def test_previous_attempts_file_is_not_forwarded_again(make_run, fake_verl):
     (fake_verl / entry.VERL_METRICS).write_text('{"step": 1, "data": {"old": 1}}\n' * 5)
     logger = ListLogger()

@@ -272,3 +272,51 @@ def test_validate_without_verl_says_skipped(monkeypatch):
     assert "pip install 'cancelctl[verl]'" in result.status
 
 
+
+
+# ---------------------------------------------------------------- cluster.device: cpu
+
+
+def cpu_run(make_run, nodes: int = 1):
+    return make_run("{cluster: {device: cpu, gpus_per_node: 0}}", nodes=nodes)
+
+
+def test_a_cpu_run_renders_the_cpu_runtime_and_its_env(make_run):
+    from cancelctl.backends.verl.cpu.overrides import CPU_ENV, CPU_SETTINGS
+    from cancelctl.backends.verl.render import job_env
+
+    run = cpu_run(make_run)
+    lines = as_dict(render_overrides(run))
+    for key, value in CPU_SETTINGS.items():
+        assert key.lstrip("+") in lines, key
+    assert lines["actor_rollout_ref.rollout.name"] == "hf_cpu" and lines["trainer.n_gpus_per_node"] == "1"
+    assert lines["trainer.device"] == "cpu" and lines["ray_kwargs.ray_init.num_cpus"] == "3"
+    assert job_env(run) == CPU_ENV
+    command = format_command(render_command(run), job_env(run))
+    assert command.startswith("VERL_PLATFORM=cpu VERL_ENGINE_DEVICE=cuda RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 ")
+
+
+def test_a_two_node_cpu_run_joins_the_allocations_ray_on_routable_addresses(make_run):
+    from cancelctl.backends.verl.render import job_env
+
+    run = cpu_run(make_run, nodes=2)
+    lines = as_dict(render_overrides(run))
+    assert lines["trainer.nnodes"] == "2" and lines["trainer.n_gpus_per_node"] == "1"
+    # ray.init refuses resources when it joins a cluster: each node's `ray start` offers them
+    assert "ray_kwargs.ray_init.num_cpus" not in lines and "ray_kwargs.ray_init.num_gpus" not in lines
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in job_env(run) and job_env(run)["VERL_PLATFORM"] == "cpu"
+
+
+def test_a_gpu_run_is_unchanged_by_the_device_field(make_run):
+    from cancelctl.backends.verl.render import job_env
+
+    run = make_run()
+    assert job_env(run) == {} and "device" not in run.spec.model_dump()["cluster"]  # run ids as before
+    assert as_dict(render_overrides(run))["actor_rollout_ref.rollout.name"] == "vllm"
+
+
+def test_reward_function_maps_to_verls_custom_reward(make_run):
+    run = make_run("{data: {reward_function: 'rewards/math.py:score'}}")
+    lines = as_dict(render_overrides(run))
+    assert lines["reward.custom_reward_function.path"] == "rewards/math.py"
+    assert lines["reward.custom_reward_function.name"] == "score"
