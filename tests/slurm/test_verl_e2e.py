@@ -5,7 +5,7 @@ package's `verl.plugins` entry points), then `cancelctl report` on what it logge
 Nothing here stands in for verl: rollout, reward, GRPO advantages, old log-probs, the FSDP2 actor
 update through the `cancel_*` losses, the weight sync to the rollout and verl's file logger all run
 for real, on a tiny random Qwen2 and data the test builds (tiny_verl.py; no download). One verl run
-is ~16 processes and ~5 GiB: `cluster.mem_gb` makes SLURM run at most three at once.
+is ~16 processes and ~5 GiB: `cluster.array_parallelism` runs at most three at once.
 
 The arms are the issue's: grpo, gspo, dfpo (min_replace: whole groups per micro-batch), GSPO with
 δ injected and TIS, and reward_balanced under a rare 0/1 reward, so its sampler must generate more
@@ -72,7 +72,8 @@ def verl_sweep(directory: Path, tiny, arms: dict, *, steps: int = STEPS, base: d
             "rollout": {"G": G},
             "budget": {"steps": steps, "prompts_per_step": PROMPTS_PER_STEP},
             "eval": {"every": steps, "k": 1},
-            "cluster": {"device": "cpu", "cpus_per_task": 2, "mem_gb": 6, "time_min": 20},
+            # ~5 GiB a run: at most three at once (the CI cluster does not count memory)
+            "cluster": {"device": "cpu", "cpus_per_task": 2, "mem_gb": 6, "time_min": 20, "array_parallelism": 3},
             **(base or {}),
         },
         "arms": arms,
