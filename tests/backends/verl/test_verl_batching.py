@@ -22,7 +22,7 @@ pytestmark = pytest.mark.verl
 tq = pytest.importorskip("transfer_queue", reason="verl's V1 trainer needs TransferQueue (verl[verl-core])")
 pytest.importorskip("verl")
 
-from omegaconf import OmegaConf  # noqa: E402
+from omegaconf import OmegaConf, open_dict  # noqa: E402
 from transfer_queue import KVBatchMeta  # noqa: E402
 
 import cancelctl.backends.verl.plugin_trainer  # noqa: E402,F401  (what the verl.plugins entry point loads)
@@ -164,6 +164,27 @@ def test_the_trainer_hands_verl_the_sync_mode(monkeypatch):
     assert seen["mode"] == "sync" and trainer.batching == "sign_split"
     cfg.trainer.v1.trainer_mode, cfg.actor_rollout_ref.actor.shuffle = "cancelctl", True
     with pytest.raises(ValueError, match="shuffle=False"):
+        CancelctlTrainer(cfg)
+
+
+def test_the_trainer_sets_the_replay_buffer_poll(monkeypatch):
+    """verl fixes the poll at 2 s; `trainer.v1.cancelctl.poll_interval` (the CPU overrides) shortens it."""
+    from cancelctl.backends.verl.compose import VerlComposer, verl_config_dir
+    from cancelctl.backends.verl.cpu.overrides import CPU_OVERRIDES, POLL_INTERVAL_S
+
+    monkeypatch.setattr(PPOTrainer, "__init__", lambda self, config: setattr(self, "config", config))
+    cfg = VerlComposer(verl_config_dir(), deep=False).compose("ppo_trainer", list(CPU_OVERRIDES))
+    trainer = CancelctlTrainer(cfg)
+    trainer.trainer_mode, trainer._add_prompts_to_generate = "sync", lambda k: None
+    assert trainer._build_replay_buffer().poll_interval == POLL_INTERVAL_S < 2.0
+    with open_dict(cfg):
+        del cfg.trainer.v1.cancelctl.poll_interval
+    plain = CancelctlTrainer(cfg)
+    plain.trainer_mode, plain._add_prompts_to_generate = "sync", lambda k: None
+    assert plain._build_replay_buffer().poll_interval == 2.0  # verl's default when not set
+    with open_dict(cfg):
+        cfg.trainer.v1.cancelctl.poll_interval = 0
+    with pytest.raises(ValueError, match="poll_interval"):
         CancelctlTrainer(cfg)
 
 

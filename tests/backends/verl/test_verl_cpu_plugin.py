@@ -93,3 +93,11 @@ def test_cpu_command_lists_env_and_every_override():
     assert all(line in command for line in CPU_OVERRIDES) and command.endswith(
         "trainer.total_training_steps=3"
     )
+
+
+def test_readme_lists_the_cpu_command():
+    from project_paths import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    assert cpu_command([]).split(" \\\n")[0] in readme  # the env vars and the entry
+    assert all(f"    {line} \\\n" in readme for line in CPU_OVERRIDES)

@@ -88,9 +88,9 @@ def choose_tokens(
     top_p = torch.tensor([r.top_p for r in requests], dtype=logits.dtype)
     probs = sorted_lp.exp()
     remove = torch.arange(vocab)[None, :] >= top_k[:, None]
-    remove |= (probs.cumsum(-1) - probs) >= top_p[
-        :, None
-    ]  # keep the smallest prefix with mass >= p
+    # top-p keeps the smallest prefix with mass >= p (p = 1: off, so float round-off drops no tail token)
+    mass_before = probs.cumsum(-1) - probs
+    remove |= (mass_before >= top_p[:, None]) & (top_p[:, None] < 1.0)
     remove[:, 0] = False
     kept = sorted_lp.masked_fill(remove, float("-inf"))
     picked = torch.multinomial(torch.softmax(kept, dim=-1), 1, generator=generator)

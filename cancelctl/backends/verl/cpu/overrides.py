@@ -29,6 +29,7 @@ CPU_OVERRIDES: tuple[str, ...] = (
     # hangs silently); 1 logical GPU passes verl's pool check, nothing binds it to a device
     "ray_kwargs.ray_init.num_cpus=3",
     "+ray_kwargs.ray_init.num_gpus=1",
+    "+ray_kwargs.ray_init.include_dashboard=False",  # ~10 dashboard processes, ~1 GiB RSS, unused
     "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     "actor_rollout_ref.actor.strategy=fsdp2",  # FSDP1 refuses CPU parameters (sync_module_states)
     "actor_rollout_ref.model.use_remove_padding=False",  # flash-attn varlen path

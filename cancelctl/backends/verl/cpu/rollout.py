@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import time
 from typing import Any
@@ -48,8 +47,6 @@ from cancelctl.backends.verl.cpu.generator import (
     BatchingGenerator,
     request_from_sampling_params,
 )
-
-logger = logging.getLogger(__name__)
 
 ADAPTER_PATH = f"{__name__}.HFCpuServerAdapter"
 
