@@ -53,8 +53,8 @@ TRAINER_MODE = "cancelctl"
 TRAINER_PLUGIN_MODULE = "cancelctl.backends.verl.plugin_trainer"
 REWARD_BALANCED_SAMPLER_CLASS = "RewardBalancedReplayBuffer"
 
-# ray.init refuses resources when it joins a running cluster
-RAY_INIT_RESOURCES = ("ray_kwargs.ray_init.num_cpus", "ray_kwargs.ray_init.num_gpus")
+# ray.init settings of a local Ray only: refused when it joins a running cluster
+RAY_INIT_LOCAL_ONLY = ("ray_kwargs.ray_init.num_cpus", "ray_kwargs.ray_init.num_gpus", "ray_kwargs.ray_init.include_dashboard")
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 POLICY_LOSS = f"{ACTOR}.policy_loss"
@@ -437,7 +437,7 @@ def _device(run: RunSpec, out: OverrideSet) -> None:
     from cancelctl.backends.verl.cpu.overrides import CPU_SETTINGS
 
     for key, value in CPU_SETTINGS.items():
-        if run.spec.cluster.nodes > 1 and key.lstrip("+").startswith(RAY_INIT_RESOURCES):
+        if run.spec.cluster.nodes > 1 and key.lstrip("+") in RAY_INIT_LOCAL_ONLY:
             continue  # verl joins the allocation's Ray cluster (cancelctl.raycluster), whose nodes offer them
         out.set(key.lstrip("+"), value, add=key.startswith("+"))
 
