@@ -115,8 +115,9 @@ def collect_sweep(uri: str, experiment: str, workdir: Path) -> tuple:
     if problem is None:
         try:
             with fast_fail_http():
-                return (*collect(uri, experiment, workdir), [])
-        except Exception as exc:  # MlflowException, connection errors: the store, not the sweep
+                conflicts: list[str] = []  # points the store and the run folders disagree on
+                return (*collect(uri, experiment, workdir, notes=conflicts), conflicts)
+        except Exception as exc:  # noqa: BLE001 - MlflowException, connection errors: the store, not the sweep
             problem = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     runs, metrics = collect_run_folders(uri, experiment, workdir)
     return runs, metrics, [f"tracking store {uri} unreachable ({problem}): reported from the run folders (metrics.jsonl)"]
