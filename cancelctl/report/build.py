@@ -30,7 +30,7 @@ from cancelctl.report.render_data import write_table_files
 from cancelctl.report.render_html import render_html
 from cancelctl.report.render_markdown import render_markdown
 from cancelctl.report.render_terminal import print_report
-from cancelctl.report.screening import rejected_table, screen_points
+from cancelctl.report.screening import ShortRunsError, rejected_table, screen_points
 from cancelctl.report.tables import build_tables
 from cancelctl.report.thresholds import default_kappa
 
@@ -90,7 +90,12 @@ def build_report(
     check_metric(metric, metrics)
     exempt = alerts.stopped.keys() if alerts is not None and include_stopped else ()
     screened = screen_points(runs, metrics, include_short=include_unfinished, exempt=exempt)
-    prepared, prepare_notes = prepare_sweep(screened.runs, screened.metrics, baseline, include_unfinished, n_boot, seed)
+    try:
+        prepared, prepare_notes = prepare_sweep(screened.runs, screened.metrics, baseline, include_unfinished, n_boot, seed)
+    except SpecError as exc:
+        if not screened.short:
+            raise
+        raise ShortRunsError(exc, screened) from None
     notes = [*notes, *stopped_notes, *screened.notes, *prepare_notes]
     violations = analysis.check_compute_matched(prepared.runs.reset_index(drop=True), prepared.by_key, tol=token_tol)
     if violations and not allow_unmatched:

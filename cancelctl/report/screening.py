@@ -17,11 +17,20 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from cancelctl.report.model import MATCHED_STATES, ReportTable
+from cancelctl.errors import SpecError
+from cancelctl.report.model import CANNOT, MATCHED_STATES, ReportTable
 
 BUDGET_COLUMN = "budget_steps"  # collect's runs frame: the run's planned training steps (NA: unknown)
 STEPS_SHOWN = 6
 NAMES_SHOWN = 12
+
+
+class ShortRunsError(SpecError):
+    """No report is left once the finished runs that end short are left out (exit 2): the error says
+    which runs, so the cause is not hidden behind "no runs to report"."""
+
+    def __init__(self, cause: SpecError, screened: Screened):
+        super().__init__([*cause.issues, *screened.notes], title=f"{CANNOT} ({cause.title})")
 
 
 @dataclass
@@ -70,7 +79,7 @@ def screen_points(
                          f"(--include-unfinished); their compute ends early: {listed}")
         else:
             notes.append(f"{len(short)} finished run(s) whose points end before their budget are left out of the "
-                         f"tables (their last points reached neither the tracking store nor the run folder): "
+                         f"tables (their later points are in neither the tracking store nor the run folder): "
                          f"{listed} — pass --include-unfinished to use them.")
             kept_runs = runs.loc[~runs["run_id"].astype(str).isin(list(short))]
             kept = kept.loc[~kept["run_id"].astype(str).isin(list(short))].reset_index(drop=True)

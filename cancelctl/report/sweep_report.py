@@ -10,6 +10,7 @@ from rich.console import Console
 
 from cancelctl.errors import SpecError, UnmatchedArmsError
 from cancelctl.report.build import build_report, default_report_dir
+from cancelctl.report.screening import ShortRunsError
 
 NOT_RUN = "sweep not run yet"
 ACTIVE_STATES = ("RUNNING", "SCHEDULED")
@@ -59,7 +60,7 @@ def report_sweep(
             notes=store_notes + stale_notes + list(damaged.values()), alerts=read_sweep_alerts(workdir, sweep),
             include_stopped=include_stopped, include_unfinished=include_unfinished,
         )
-    except UnmatchedArmsError as exc:
+    except (UnmatchedArmsError, ShortRunsError) as exc:
         if not damaged:
             raise
         raise SpecError(list(damaged.values()) + [str(i) for i in exc.issues],

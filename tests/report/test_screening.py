@@ -89,3 +89,16 @@ def test_a_run_without_a_known_budget_is_not_judged_short(tmp_path):
     metrics = cut_short(metrics, SHORT_RUN, 4)
     report = report_for(tmp_path, runs, metrics, plots=False, allow_unmatched=True)
     assert not any("end before their budget" in n for n in report.notes)
+
+
+def test_no_report_left_once_short_runs_are_out_names_them(tmp_path):
+    from cancelctl.report.screening import ShortRunsError
+
+    runs, metrics = budgeted_sweep()
+    for run_id in runs.loc[runs["arm"] == "gspo", "run_id"]:
+        metrics = cut_short(metrics, run_id, 4)
+    with pytest.raises(ShortRunsError) as caught:
+        report_for(tmp_path, runs, metrics, plots=False)
+    message = str(caught.value)
+    assert "baseline arm 'gspo' has no runs to report" in message and "gspo-G4-s0 (last step 4 of 20)" in message
+    assert caught.value.exit_code == 2
