@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 from cancelctl.tracking.runfiles import (
     METRICS_JSONL,
     RunRecord,
+    StoreProgress,
     SyncState,
     find_run_dirs,
     iter_metrics_lines,
@@ -80,7 +81,9 @@ def collect(
     one row per (run_id, step, key) — the latest point wins (resumed runs re-log steps).
 
     With `workdir`, the run folders' copy (metrics.jsonl) of this sweep's runs is reconciled with the
-    store's: the union of both by (run, step, key); where both hold a point and the values differ,
+    store's: the union of both by (run, step, key) (the part of a file below its upload watermark is
+    the store's copy and not read again, unless the file was written anew: shorter than the watermark,
+    or the watermark not at a line end); where both hold a point and the values differ,
     the later timestamp wins (a resumed run re-logged the step), and at the same timestamp the run
     folder's value is used and the conflict is appended to `notes` (when given). `method`: "sql"
     forces the sqlite fast path, "api" the MLflow client, "auto" the fast path where possible.
@@ -324,7 +327,8 @@ def _merge_run_folders(
         progress = state.stores.get(uri)
         names[record.run_id] = record.name
         budgets[record.run_id] = flatten(record.params).get(BUDGET_PARAM)  # run.json: flattened, or nested
-        lines = iter_metrics_lines(run_dir / METRICS_JSONL)
+        start = _uploaded_prefix(run_dir / METRICS_JSONL, progress) if record.run_id in in_store else 0
+        lines = iter_metrics_lines(run_dir / METRICS_JSONL, start)
         # file order is the order the run logged in: a step re-logged after a resume comes later
         points.extend((record.run_id, line.step, key, value, line.ts) for line in lines for key, value in line.metrics.items())
         if record.run_id not in in_store:
@@ -348,6 +352,20 @@ def _merge_run_folders(
         if notes is not None:
             notes.extend(_conflict_notes(conflicts, names))
     return runs, metrics
+
+
+def _uploaded_prefix(path: Path, progress: StoreProgress | None) -> int:
+    """Bytes of metrics.jsonl known to be in the store as they are (the watermark), so not read again;
+    0 (read it all and compare point by point) when the file is not the one that was uploaded: shorter
+    than the watermark, or the watermark not at a line end (the folder deleted and written anew)."""
+    if progress is None or progress.bytes <= 0:
+        return 0
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(progress.bytes - 1)
+            return progress.bytes if handle.read(1) == b"\n" else 0
+    except (FileNotFoundError, OSError, ValueError):
+        return 0
 
 
 def _size(path: Path) -> int:
