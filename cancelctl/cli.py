@@ -270,7 +270,8 @@ def sweep(
     wait: Optional[bool] = typer.Option(None, "--wait/--no-wait", help="Follow until done (default: yes locally, no on SLURM)."),
     allow_unmatched: bool = typer.Option(False, help="Run arms that are not compute-matched."),
 ) -> None:
-    """Validate, expand and run every arm of a sweep; finished or running runs are never resubmitted."""
+    """Validate, expand and run every arm of a sweep; finished or running runs are never resubmitted.
+    Exit 1 when a run failed, 3 when runs were cancelled (`cancelctl cancel`) and none failed."""
     from cancelctl.executors import executor_names, get_executor
     from cancelctl.launch import SchedulerError
     from cancelctl.launch.interrupt import (
@@ -337,13 +338,19 @@ def _print_launch(result, plan_) -> None:
         err_console.print(f"[bold red]FAILED[/] {run_id}: {why}", highlight=False, markup=True)
     if result.states and not result.dry_run:
         console.print(f"{result.sweep}: {_counts(result.states)}", highlight=False)
-    raise typer.Exit(0 if result.ok else 1)
+    if result.cancelled:  # `sweep && report` must not go on with a sweep someone cancelled
+        names = {r.run_id: r.name for r in plan_.runs}
+        listed = ", ".join(names.get(run_id, run_id) for run_id in result.cancelled[:6]) + (" ..." if len(result.cancelled) > 6 else "")
+        err_console.print(f"{result.sweep}: {len(result.cancelled)} run(s) cancelled: {listed} "
+                          f"(a plain rerun submits them again)", highlight=False, markup=False)
+    raise typer.Exit(result.exit_code)
 
 
 def _watch_submitted(workdir: Path, result) -> None:
     """`sweep --wait` on a scheduler: the watch view until every run has ended (Ctrl-C leaves them
     running); then the final states and failures go into `result` as the launcher's own wait does."""
     from cancelctl.launch import settle_tracking, sweep_status
+    from cancelctl.launch.launcher import note_cancelled
     from cancelctl.runstate import FAILED
     from cancelctl.watch import watch
 
@@ -355,6 +362,7 @@ def _watch_submitted(workdir: Path, result) -> None:
         if state.state == FAILED and state.run_id not in result.failed:
             result.failed.append(state.run_id)
             result.errors[state.run_id] = state.reason
+    note_cancelled(result, set(result.submitted))
 
 
 @app.command("watch")

@@ -615,3 +615,67 @@ def test_a_read_only_work_dir_is_one_screen_naming_path_and_cause(tmp_path, monk
     assert result.exit_code == 1, result.output
     assert f"Read-only file system: {workdir}" in result.output and "--workdir" in result.output
     assert "Traceback" not in result.output and len(result.output.splitlines()) <= 4
+
+
+# ---------------------------------------------------------------------------------- cancel while starting
+
+
+def _cancel_from_another_thread(workdir: Path, sweep: str) -> list[str]:
+    """`cancelctl cancel` as a second command would issue it while `sweep` is busy starting."""
+    import threading
+
+    outcome: list = []
+    thread = threading.Thread(target=lambda: outcome.append(cancel_sweep(workdir, sweep)))
+    thread.start()
+    thread.join(timeout=90)
+    assert not thread.is_alive() and outcome, "cancel did not return"
+    return outcome[0]
+
+
+def _sweep_cli(path: Path, workdir: Path):
+    from typer.testing import CliRunner
+
+    from cancelctl.cli import app
+
+    return CliRunner().invoke(app, ["sweep", str(path), "-w", str(workdir), "--executor", "local"])
+
+
+def test_cancel_in_warm_start_leaves_runs_cancelled_and_sweep_exits_3(tmp_path, workdir, monkeypatch):
+    """A cancel between submission and the driver starting the first run (the warm start): the
+    runs are `cancelled`, not `unsubmitted`, and `sweep` exits 3 so `sweep && report` stops; a
+    cancel while the launch is still planning (before it holds the submit lock) stops it too."""
+    from cancelctl.executors.driver import DrivenExecutor
+    from cancelctl.launch import launcher
+
+    path = write_sweep(tmp_path, "cancel-start", arms={"grpo": {"algorithm": {"loss": "grpo"}}})
+    sweep = load_sweep(path)
+    start = DrivenExecutor.start
+
+    def start_after_a_cancel(self, paths, runs, **kwargs):
+        _cancel_from_another_thread(workdir, sweep.name)
+        return start(self, paths, runs, **kwargs)
+
+    monkeypatch.setattr(DrivenExecutor, "start", start_after_a_cancel)
+    result = _sweep_cli(path, workdir)
+    assert result.exit_code == 3, result.output
+    states = sweep_status(workdir, sweep.name)
+    assert [s.state for s in states] == ["cancelled"] * 2, [(s.name, s.state, s.reason) for s in states]
+    assert all(starts(workdir, sweep.name, s.run_id) == 0 for s in states)
+    assert "2 run(s) cancelled" in result.output
+    monkeypatch.setattr(DrivenExecutor, "start", start)
+
+    refuse = launcher.refuse_unlaunchable
+
+    def refuse_after_a_cancel(planned):
+        _cancel_from_another_thread(workdir, sweep.name)
+        return refuse(planned)
+
+    monkeypatch.setattr(launcher, "refuse_unlaunchable", refuse_after_a_cancel)
+    result = _sweep_cli(path, workdir)
+    assert result.exit_code == 3, result.output
+    states = sweep_status(workdir, sweep.name)
+    assert [s.state for s in states] == ["cancelled"] * 2, [(s.name, s.state, s.reason) for s in states]
+    assert all(starts(workdir, sweep.name, s.run_id) == 0 for s in states)
+    monkeypatch.setattr(launcher, "refuse_unlaunchable", refuse)
+    plan = launch_sweep(sweep, workdir=workdir, executor="local", dry_run=True)
+    assert sorted(plan.submitted) == sorted(r.run_id for r in sweep.runs)  # a plain rerun submits them again

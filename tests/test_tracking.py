@@ -323,6 +323,45 @@ def test_collect_takes_the_final_status_the_store_missed(uri, workdir, client):
     assert runs.set_index("run_id").loc["closed1", "state"] == "FINISHED"
 
 
+def test_collect_reconciles_the_store_and_the_run_folder(uri, workdir):
+    """Neither copy overrides the other blindly: the union by (step, key) — points only the store holds
+    (the folder's file was cut and rewritten) and points only the folder holds (after the cut, below the
+    old watermark) both kept — and a point the two copies hold with different values at the same time
+    named, the run folder's value used. The run's budget comes from its `budget.steps` param."""
+    run_dir, mlflow_run_id = plan(uri, workdir, "reconciled")
+    with RunLogger(run_dir, uri, mlflow_run_id) as logger:
+        log_steps(logger, range(10))
+    path = run_dir / METRICS_JSONL
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    lines[3]["metrics"]["reward"] = 99.0  # same step and ts as the store's copy, another value
+    kept = lines[:6] + [{"step": 10, "ts": lines[5]["ts"] + 1, "metrics": {"reward": 5.0}}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in kept))  # shorter than the old watermark
+
+    notes: list[str] = []
+    _, metrics = collect(uri, SWEEP, workdir, notes=notes)
+    reward = metrics[(metrics.run_id == "reconciled") & (metrics.key == "reward")].set_index("step").value
+    assert list(reward.index) == list(range(11))
+    assert reward[3] == 99.0 and reward[10] == 5.0 and reward[9] == 9 * 0.5
+    assert len(notes) == 1 and "reward at step 3: store 1.5, run folder 99" in notes[0]
+    assert_metric_dtypes(metrics)
+
+
+def test_collect_reads_the_runs_budget(uri, workdir):
+    run_dir = workdir / SWEEP / "budgeted"
+    params = {"budget": {"steps": 80, "prompts_per_step": 4}}
+    write_run_json(run_dir, run_id="budgeted", name="grpo-s0", experiment=SWEEP, tags=run_tags("grpo", 0, 8),
+                   params=params)
+    create_run(uri, SWEEP, run_id="budgeted", name="grpo-s0", tags=run_tags("grpo", 0, 8), params=params)
+    for method in ("sql", "api"):
+        runs, _ = collect(uri, SWEEP, method=method)
+        assert runs.set_index("run_id").loc["budgeted", "budget_steps"] == 80
+    offline = workdir / SWEEP / "offline"
+    write_run_json(offline, run_id="offline", name="grpo-s1", experiment=SWEEP, tags=run_tags("grpo", 1, 8),
+                   params={"budget": {"steps": 40}})
+    runs, _ = collect(uri, SWEEP, workdir)
+    assert runs.set_index("run_id")["budget_steps"].to_dict() == {"budgeted": 80, "offline": 40}
+
+
 def test_one_flatten_behind_params_and_run_json():
     """`flatten` keeps values as they are (run.json); `flatten_params` is the same keys as MLflow text."""
     from cancelctl.tracking import flatten, flatten_params

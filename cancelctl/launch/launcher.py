@@ -31,7 +31,15 @@ from cancelctl.launch.states import sweep_states
 from cancelctl.manifest import Manifest, RunEntry, file_lock
 from cancelctl.plan import RunSpec, Sweep
 from cancelctl.preflight import finished_in_tracking_store, refuse_unlaunchable
-from cancelctl.runstate import ACTIVE, COMPLETED, FAILED, STOPPED, UNSUBMITTED, RunState
+from cancelctl.runstate import (
+    ACTIVE,
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    STOPPED,
+    UNSUBMITTED,
+    RunState,
+)
 from cancelctl.workdir import SweepPaths, sweep_paths
 
 SUBMIT_LOCK_TIMEOUT_S = 120.0
@@ -51,6 +59,7 @@ class LaunchResult:
     skipped_failed: list[str] = field(default_factory=list)  # failed before; retry_failed resubmits
     skipped_stopped: list[str] = field(default_factory=list)  # stopped by a monitor rule; retry_stopped resubmits
     failed: list[str] = field(default_factory=list)  # refused by the scheduler now, or ended failed (wait)
+    cancelled: list[str] = field(default_factory=list)  # stopped by `cancelctl cancel` while this launch ran
     job_ids: list[str] = field(default_factory=list)  # SLURM array ids / local pids created now
     arrays: list[ArrayPlan] = field(default_factory=list)
     states: list[RunState] = field(default_factory=list)  # after submission, or final when waited
@@ -59,7 +68,12 @@ class LaunchResult:
 
     @property
     def ok(self) -> bool:
-        return not self.failed
+        return not self.failed and not self.cancelled
+
+    @property
+    def exit_code(self) -> int:
+        """`sweep`'s exit status: 1 when a run failed, 3 when runs were cancelled (none failed), else 0."""
+        return 1 if self.failed else 3 if self.cancelled else 0
 
 
 def launch_sweep(
@@ -77,6 +91,7 @@ def launch_sweep(
     in `cancelctl.executors`); `wait` defaults to the executor's (yes for local/debug, no for slurm).
     A run a monitor rule stopped is resubmitted (resuming from its checkpoint) only with
     `retry_stopped`. Raises SpecError (bad input, nothing submitted) and SchedulerError (scheduler unusable)."""
+    started_at = time.time()  # a `cancel` from now on stops this launch too
     workdir = Path(workdir).resolve()
     paths = sweep_paths(workdir, sweep.name)
     kind = executor_of(sweep, executor)
@@ -98,6 +113,7 @@ def launch_sweep(
         states = {s.run_id: s for s in sweep_states(paths, manifest, driver_alive=driver_alive(manifest))}
         to_submit = _classify(sweep.runs, states, retry_failed, result, retry_stopped)
         to_submit = _adopt_finished_in_store(paths, to_submit, states, result)
+        to_submit = _drop_cancelled(paths, to_submit, started_at, result)
         for run in sweep.runs:  # one MLflow run per RunSpec, created when planned
             prepare_run(paths, run, result.warnings)
         for run in to_submit:
@@ -119,7 +135,16 @@ def launch_sweep(
                 result.errors[state.run_id] = state.reason
     else:
         result.states = sweep_status(workdir, sweep.name)
+    note_cancelled(result, {run.run_id for run in to_submit})
     return result
+
+
+def note_cancelled(result: LaunchResult, launched: set[str]) -> None:
+    """Runs of this launch that ended cancelled (a `cancel` while it started or ran them) go into
+    `result.cancelled`: the launch did not do what it was asked (`exit_code` 3)."""
+    for state in result.states:
+        if state.state == CANCELLED and state.run_id in launched and state.run_id not in result.cancelled:
+            result.cancelled.append(state.run_id)
 
 
 def _progress_tick(paths: SweepPaths, progress: Progress | None):
@@ -185,6 +210,23 @@ def _adopt_finished_in_store(
             f"{len(found)} run(s) already FINISHED in their MLflow store (same run ids) were adopted, not rerun"
         )
     return [run for run in runs if run.run_id not in found]
+
+
+def _drop_cancelled(
+    paths: SweepPaths, runs: list[RunSpec], started_at: float, result: LaunchResult
+) -> list[RunSpec]:
+    """A `cancel` that came while this launch was still planning (before it held the submit lock)
+    found nothing queued to stop: the runs it would now submit are recorded cancelled instead."""
+    manifest = paths.store.load()
+    if manifest.cancelled_at is None or manifest.cancelled_at < started_at or not runs:
+        return runs
+    with paths.store.update() as manifest:
+        for run in runs:
+            manifest.runs[run.run_id].queued_at = None
+            manifest.runs[run.run_id].cancelled_at = manifest.cancelled_at
+    result.cancelled.extend(run.run_id for run in runs)
+    result.warnings.append(f"sweep {result.sweep} was cancelled while it started: {len(runs)} run(s) not submitted")
+    return []
 
 
 def _classify(runs: list[RunSpec], states: dict[str, RunState], retry_failed: bool, result: LaunchResult,

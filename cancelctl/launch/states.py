@@ -98,6 +98,9 @@ def run_state(
     if entry.queued_at is not None:
         state.state, state.reason = (QUEUED, "waiting for a free core") if driver_alive else (UNSUBMITTED, "queued, but no launcher is running")
         return state
+    if cancelled_before_start(entry, latest):
+        state.state, state.reason = CANCELLED, "cancelled before it started (cancelctl cancel)"
+        return state
     if latest is None:
         return state
     sub, index = latest
@@ -112,6 +115,15 @@ def run_state(
     if state.state != UNSUBMITTED or latest is not None:  # where it is, or where it stopped
         state.step = last_step(run_dir)
     return state
+
+
+def cancelled_before_start(entry: RunEntry, latest: tuple[Submission, int] | None) -> bool:
+    """`cancel` took the run off the queue (or out of a launch) before any job of it was started:
+    queueing it again clears `cancelled_at`, so one set means no launch has queued it since; a job
+    started before the cancel is classified by its executor instead."""
+    if entry.cancelled_at is None:
+        return False
+    return latest is None or latest[0].state in (ABANDONED, SUBMIT_FAILED)
 
 
 def stop_reason(stop: dict) -> str:

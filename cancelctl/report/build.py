@@ -30,6 +30,7 @@ from cancelctl.report.render_data import write_table_files
 from cancelctl.report.render_html import render_html
 from cancelctl.report.render_markdown import render_markdown
 from cancelctl.report.render_terminal import print_report
+from cancelctl.report.screening import ShortRunsError, rejected_table, screen_points
 from cancelctl.report.tables import build_tables
 from cancelctl.report.thresholds import default_kappa
 
@@ -75,6 +76,9 @@ def build_report(
     (`cancelctl.verdicts`); `claims_only` prints only that table (every file is still written).
     `alerts`: the monitor's alerts and stops from the run folders (`read_sweep_alerts`): an "Alerts"
     table, and runs a rule stopped left out of the tables unless `include_stopped` (a note says so).
+    Points that cannot be right (non-finite, outside the run's budget) are rejected and listed in a
+    "Rejected points" table; finished runs whose points end before their budget are left out unless
+    `include_unfinished` (`cancelctl.report.screening`).
     """
     if compute not in COMPUTE_KEYS:
         raise ArgumentError(f"--compute must be one of {', '.join(COMPUTE_KEYS)}, got {compute!r}")
@@ -84,8 +88,15 @@ def build_report(
     if alerts is not None:
         runs, stopped_notes = leave_out_stopped(runs, alerts.stopped, include_stopped)
     check_metric(metric, metrics)
-    prepared, prepare_notes = prepare_sweep(runs, metrics, baseline, include_unfinished, n_boot, seed)
-    notes = [*notes, *stopped_notes, *prepare_notes]
+    exempt = alerts.stopped.keys() if alerts is not None and include_stopped else ()
+    screened = screen_points(runs, metrics, include_short=include_unfinished, exempt=exempt)
+    try:
+        prepared, prepare_notes = prepare_sweep(screened.runs, screened.metrics, baseline, include_unfinished, n_boot, seed)
+    except SpecError as exc:
+        if not screened.short:
+            raise
+        raise ShortRunsError(exc, screened) from None
+    notes = [*notes, *stopped_notes, *screened.notes, *prepare_notes]
     violations = analysis.check_compute_matched(prepared.runs.reset_index(drop=True), prepared.by_key, tol=token_tol)
     if violations and not allow_unmatched:
         raise UnmatchedArmsError(violations)
@@ -100,6 +111,8 @@ def build_report(
     )
     if alerts is not None:
         tables.append(alerts_table(alerts.alerts))
+    if not screened.rejected.empty:
+        tables.append(rejected_table(screened.rejected))
     if claims:
         tables.insert(0, claims_table(prepared, claims, kappa, allow_unmatched, token_tol, n_boot, seed))
         if claims_only:
@@ -143,11 +156,11 @@ def claims_table(prepared, claims, kappa, allow_unmatched, token_tol, n_boot, se
         claims, prepared.runs, prepared.by_key, kappa=kappa, groups=prepared.groups,
         allow_unmatched=allow_unmatched, token_tol=token_tol, n_boot=n_boot, seed=seed,
     )
-    notes = [
+    notes = [(
         "effect = arm − versus over paired seeds, 95% bootstrap CI; p one-sided in the predicted direction, "
         "Holm-adjusted across every claim of this report; 'inconclusive, ~N seeds needed' = seeds for 80% "
         "power at the observed effect and spread."
-    ]
+    )]
     return ReportTable(
         "claims", "Claims", pd.DataFrame(verdicts.verdicts_as_records(judged)),
         pd.DataFrame(verdicts.verdict_rows(judged)), notes,

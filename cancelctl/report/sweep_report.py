@@ -10,6 +10,7 @@ from rich.console import Console
 
 from cancelctl.errors import SpecError, UnmatchedArmsError
 from cancelctl.report.build import build_report, default_report_dir
+from cancelctl.report.screening import ShortRunsError
 
 NOT_RUN = "sweep not run yet"
 ACTIVE_STATES = ("RUNNING", "SCHEDULED")
@@ -59,7 +60,7 @@ def report_sweep(
             notes=store_notes + stale_notes + list(damaged.values()), alerts=read_sweep_alerts(workdir, sweep),
             include_stopped=include_stopped, include_unfinished=include_unfinished,
         )
-    except UnmatchedArmsError as exc:
+    except (UnmatchedArmsError, ShortRunsError) as exc:
         if not damaged:
             raise
         raise SpecError(list(damaged.values()) + [str(i) for i in exc.issues],
@@ -115,8 +116,9 @@ def collect_sweep(uri: str, experiment: str, workdir: Path) -> tuple:
     if problem is None:
         try:
             with fast_fail_http():
-                return (*collect(uri, experiment, workdir), [])
-        except Exception as exc:  # MlflowException, connection errors: the store, not the sweep
+                conflicts: list[str] = []  # points the store and the run folders disagree on
+                return (*collect(uri, experiment, workdir, notes=conflicts), conflicts)
+        except Exception as exc:  # noqa: BLE001 - MlflowException, connection errors: the store, not the sweep
             problem = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     runs, metrics = collect_run_folders(uri, experiment, workdir)
     return runs, metrics, [f"tracking store {uri} unreachable ({problem}): reported from the run folders (metrics.jsonl)"]
