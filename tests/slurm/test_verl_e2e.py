@@ -31,7 +31,12 @@ from cancelctl.tracking import default_tracking_uri
 from cancelctl.workdir import known_sweeps, sweep_paths
 
 _PROBLEM = cluster_problem()
-pytestmark = [pytest.mark.slurm, pytest.mark.verl, pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")]
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.verl,
+    pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or ""),
+    pytest.mark.timeout(1800),  # minutes of verl start-up on 2 cores; every wait has its own bound
+]
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "verl"))
 from tiny_verl import PROMPTS_PER_STEP, build_tiny_verl

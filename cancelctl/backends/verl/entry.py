@@ -65,6 +65,7 @@ VERL_METRICS = "verl_metrics.jsonl"
 ROLLOUT_WEIGHTS = "rollout_weights.jsonl"  # cluster.device cpu: the hf_cpu rollout's weight syncs
 POLL_SECONDS = 5.0
 STOP_GRACE_SECONDS = 30.0
+SIGNAL_GRACE_SECONDS = 1.0  # how long a failed verl waits for the job's own signal to arrive
 _ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"
 # verl's MLflow key sanitising (utils/tracking.py), so keys match what verl itself would log.
 _INVALID_KEY_CHARS = re.compile(r"[^/\w.\- :]")
@@ -145,6 +146,12 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     if mon.stopped is not None:
         return forwarder.last
     if proc.returncode != 0:
+        # SLURM signals every process of the job at once (requeue, scancel, time limit): verl dying of
+        # that signal is the job being stopped, which preemption turns into a requeue or Terminated
+        deadline = time.monotonic() + SIGNAL_GRACE_SECONDS
+        while not preemption.pending() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        preemption.at_step_boundary(lambda: None)
         cause = root_exception(stderr.lines)
         raise RuntimeError(
             f"verl exited with status {proc.returncode}" + (f": {cause}" if cause else "")

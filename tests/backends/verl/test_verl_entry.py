@@ -29,7 +29,14 @@ FAKE_VERL = textwrap.dedent(
             data = {"actor/pg_loss": float("nan") if nan else 0.5 / step, "val-core/aime/acc/mean@32": 0.1 * step, "note": "x", "flag": True,
                     "response_length/mean": 10.0 * step, "actor/dfpo/asym": 0.3, "actor/cancel/energy_b0": 0.4}
             fh.write((json.dumps({"step": step, "data": data}) + "\\n").encode())
-    import time
+    import signal, time
+    if os.environ.get("FAKE_VERL_JOB_SIGNAL"):  # SLURM signals the whole job: verl dies first, the job's signal lands after
+        job = os.getppid()
+        if os.fork() == 0:
+            time.sleep(0.3)
+            os.kill(job, signal.SIGTERM)
+            os._exit(0)
+        os.kill(os.getpid(), signal.SIGABRT)
     time.sleep(float(os.environ.get("FAKE_VERL_SLEEP", "0")))
     sys.exit(int(os.environ.get("FAKE_VERL_EXIT", "0")))
     """
@@ -166,6 +173,19 @@ def test_sigterm_stops_verl_at_the_next_poll(make_run, fake_verl, monkeypatch):
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
     assert time.monotonic() - started < 10  # verl was stopped, not waited for (it sleeps 60 s)
     assert json.loads((fake_verl / "argv.json").read_text())  # it had started
+
+
+def test_verl_killed_by_the_jobs_own_signal_is_a_requeue_not_a_failure(make_run, fake_verl, monkeypatch):
+    """`scontrol requeue` / scancel signal every process of the job: verl dies of it (SIGABRT in Ray's
+    driver) at about the moment the job's deferred SIGTERM arrives. That is the job being stopped
+    (Terminated: submitit requeues), not "verl exited with status -6" recorded as a failed run."""
+    monkeypatch.setenv("FAKE_VERL_JOB_SIGNAL", "1")
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        with preemption.deferred_signals(), pytest.raises(preemption.Terminated):
+            train(make_run(), fake_verl, ListLogger())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def test_a_monitor_stop_ends_verl_and_returns(make_run, fake_verl, monkeypatch):
