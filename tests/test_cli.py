@@ -378,3 +378,13 @@ def test_validate_shows_progress_as_plain_lines_when_piped():
     result = runner.invoke(app, ["validate", "--skip-verl", *files])
     assert result.exit_code == 0, result.output
     assert f"checking {files[0]} (1/2)" in result.output and f"checking {files[1]} (2/2)" in result.output
+
+
+@pytest.mark.parametrize("verb", [["validate", "--skip-verl"], ["plan"], ["sweep", "--dry-run"], ["render", "--run", "x"]])
+def test_every_verb_that_loads_a_sweep_refuses_an_arm_overriding_an_axis(verb, write_yaml, tmp_path):
+    path = write_yaml("name: t\narms:\n  grpo: {}\n  grpo8:\n    rollout: {G: 8}\ngrid:\n  rollout.G: [2, 4]\n")
+    workdir = ["-w", str(tmp_path / "wd")] if verb[0] in ("sweep", "render") else []
+    result = runner.invoke(app, [verb[0], str(path), *verb[1:], *workdir])
+    assert result.exit_code == 2, result.output
+    assert f"{path}:5:" in result.output and "arms.grpo8.rollout.G" in result.output and f"{path}:7:3" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "wd").exists()
