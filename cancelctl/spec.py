@@ -12,6 +12,7 @@ the cross-field checks read as one document (the JSON Schema is generated from t
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -261,25 +262,57 @@ class EvalSpec(Strict):
     prompts: int = Field(128, ge=1, description="lab: held-out prompts per evaluation")
 
 
+def line_break_in(value: str) -> str | None:
+    """The first character of `value` that would end or garble a line of the job script (a line
+    break or another control character; a tab is fine), or None."""
+    return next((c for c in value if c != "\t" and unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+
+
+def _one_line(value: str) -> str:
+    bad = line_break_in(value)
+    if bad is not None:
+        # a "\n#SBATCH ..." in a value would add a directive to the script: refused, never escaped
+        raise PydanticCustomError(
+            "one_line", "must be one line without control characters (found {char}): it is written into the sbatch script",
+            {"char": repr(bad)},
+        )
+    return value
+
+
+def _sbatch_flag(name: str) -> str:
+    if not SBATCH_FLAG.match(name):
+        raise PydanticCustomError("sbatch_flag", "{name!r} is not an sbatch option name (lower-case letters, digits, '-', '_')",
+                                  {"name": name})
+    return name
+
+
+# Every value the SLURM executor writes into an sbatch line, a setup line or an srun argument has
+# one of these types, so validate refuses a line break in it with the value's file:line.
+ScriptLine = Annotated[str, AfterValidator(_one_line)]
+SBATCH_FLAG = re.compile(r"^[a-z][a-z0-9_-]*$")
+SbatchFlag = Annotated[str, AfterValidator(_sbatch_flag)]
+ScriptValue = Annotated[str | int, AfterValidator(lambda v: _one_line(v) if isinstance(v, str) else v)]
+
+
 APPTAINER_URI = re.compile(r"^(docker|docker-archive|oras|library|shub|https?)://")
 
 
 class ClusterSpec(Strict):
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
+    partition: ScriptLine | None = None
+    account: ScriptLine | None = None
+    qos: ScriptLine | None = None
     nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0)
     cpus_per_task: int = Field(1, ge=1)
     mem_gb: float | None = Field(None, gt=0)
     time_min: int = Field(60, ge=1)
     array_parallelism: int = Field(64, ge=1)
-    container_image: str | None = Field(
+    container_image: ScriptLine | None = Field(
         None, description="image the job runs in: pyxis/enroot (an image ref or .sqsh) or apptainer (a .sif or docker://...)"
     )
     container_runtime: Literal["pyxis", "apptainer"] = "pyxis"
-    setup: list[str] = Field(default_factory=list, description="shell lines run before the job (modules, venv)")
-    additional: dict[str, str | int] = Field(default_factory=dict, description="extra sbatch parameters")
+    setup: list[ScriptLine] = Field(default_factory=list, description="shell lines run before the job (modules, venv)")
+    additional: dict[SbatchFlag, ScriptValue] = Field(default_factory=dict, description="extra sbatch parameters")
 
     @field_validator("container_image")
     @classmethod
@@ -287,6 +320,15 @@ class ClusterSpec(Strict):
         if value is not None and (not value.strip() or any(c.isspace() for c in value)):
             raise ValueError(f"one image reference or path without spaces, got {value!r}")
         return value
+
+    @field_validator("setup")
+    @classmethod
+    def _no_directive_in_setup(cls, lines: list[str]) -> list[str]:
+        # setup lines sit above the first command, where sbatch still reads "#SBATCH" comments
+        for line in lines:
+            if line.lstrip().upper().startswith("#SBATCH"):
+                raise ValueError(f"an sbatch directive in setup ({line!r}): set it in cluster.additional")
+        return lines
 
     @field_validator("container_runtime")
     @classmethod
