@@ -343,6 +343,9 @@ def _describe(err: dict, model: type[BaseModel] | None, loc: tuple) -> str:
         return "required field is missing"
     if "input" in err and not isinstance(err["input"], (dict, list)):
         msg += f" (got {err['input']!r})"
+    if isinstance(err.get("input"), bool) and not err["type"].startswith("bool"):
+        # YAML 1.1 (PyYAML) reads unquoted on/off/yes/no as booleans; a words field takes them back
+        msg += "; YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote the word (e.g. 'off')"
     return msg
 
 

@@ -17,8 +17,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationInfo,
     WithJsonSchema,
@@ -31,6 +29,7 @@ from pydantic_core import PydanticCustomError
 from cancelctl.claims_spec import ClaimSpec, claims_arm_errors
 from cancelctl.executors.registry import executor_names
 from cancelctl.monitor_spec import MonitorSpec
+from cancelctl.strict import Strict
 from losses import catalog
 
 
@@ -70,12 +69,6 @@ ProbeName = Literal[catalog.PROBES]
 MAX_SEED = 2**63 - 1
 # Refused before expansion: a sweep this large is a typo (a grid axis too many), not an experiment.
 MAX_RUNS = 20_000
-
-
-class Strict(BaseModel):
-    # strict: `G: "4"` or `steps: true` is a mistake to report, not a value to coerce (ints still
-    # fill float fields); no inf/nan: `lr: .inf` must fail `validate`, not the job
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 
 def _without_unset_levers(dumped: dict[str, Any], levers: tuple[str, ...]) -> dict[str, Any]:
