@@ -29,6 +29,7 @@ from pydantic_core import PydanticCustomError
 from cancelctl.claims_spec import ClaimSpec, claims_arm_errors
 from cancelctl.executors.registry import executor_names
 from cancelctl.monitor_spec import MonitorSpec
+from cancelctl.names import MAX_NAME_LENGTH, SWEEP_NAME, name_problem
 from cancelctl.strict import Strict
 from losses import catalog
 
@@ -383,10 +384,20 @@ class ExperimentSpec(Strict):
         return self
 
 
+def _a_name(name: str) -> str:
+    # the rule every verb applies to a sweep name (`cancelctl.names`): validate passes what sweep runs
+    problem = name_problem(name)
+    if problem is not None:
+        raise PydanticCustomError("sweep_name", "sweep name {problem}", {"problem": problem})
+    return name
+
+
 class SweepSpec(Strict):
     """The YAML file. Arms are patches (nested mappings) applied on `base`."""
 
-    name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: Annotated[str, AfterValidator(_a_name)] = Field(
+        ..., json_schema_extra={"pattern": SWEEP_NAME.pattern, "maxLength": MAX_NAME_LENGTH}
+    )
     description: str = ""
     base: dict[str, Any] = Field(default_factory=dict, description="an ExperimentSpec (partial)")
     arms: dict[str, dict[str, Any]] = Field(
@@ -412,13 +423,12 @@ class SweepSpec(Strict):
     @field_validator("arms")
     @classmethod
     def _arm_names(cls, arms: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        import re
-
         if not arms:
             raise ValueError("at least one arm is needed")
-        for name, patch in arms.items():
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(name)):
-                raise ValueError(f"arm name {name!r}: use letters, digits, '-', '_', '.'")
+        for name in arms:
+            problem = name_problem(name)
+            if problem is not None:
+                raise ValueError(f"arm name {name!r} {problem}")
         return arms
 
     @field_validator("grid", "zip")

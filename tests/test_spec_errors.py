@@ -288,3 +288,26 @@ def test_readme_monitor_action_off_unquoted(write_yaml):
 def test_a_text_field_given_a_yaml_boolean_says_quote_it(write_yaml):
     [issue] = issues_of(write_yaml(BASE + "    model: {template: yes}\n"))
     assert issue.path == "arms.a.model.template" and "(got True)" in issue.message and "quote the word" in issue.message
+
+
+@pytest.mark.parametrize("name", ["a" * 300, "a" * 201, "a..b", "a" * 200, "lab-demo.v2"])
+def test_validate_applies_the_sweep_name_rule_every_verb_applies(write_yaml, name):
+    from cancelctl.errors import ArgumentError
+    from cancelctl.workdir import check_sweep_name
+
+    try:
+        check_sweep_name(name)
+        verbs_accept = True
+    except ArgumentError:
+        verbs_accept = False
+    path = write_yaml(f"name: {name}\narms:\n  a: {{}}\n")
+    if verbs_accept:
+        assert load_sweep(path).name == name
+    else:
+        [issue] = issues_of(path)
+        assert issue.path == "name" and issue.location.line == 1 and "sweep name" in issue.message
+
+
+def test_an_arm_name_follows_the_same_rule(write_yaml):
+    [issue] = issues_of(write_yaml(f"name: t\narms:\n  {'a' * 250}: {{}}\n"))
+    assert issue.path == "arms" and "at most 200" in issue.message
