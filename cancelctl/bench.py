@@ -155,6 +155,22 @@ def _ratio(times: dict[str, list[float]], name: str, baseline: str) -> float:
     return statistics.median(t / b for t, b in zip(times[name], times[baseline], strict=True))
 
 
+def check_benchmark_arguments(device: str, rows: int, tokens: int, group: int, repeats: int) -> None:
+    """ValueError naming the option (as `cancelctl bench losses` spells it) that cannot be benchmarked."""
+    for option, value in (("--tokens", tokens), ("--group", group), ("--repeats", repeats)):
+        if value < 1:
+            raise ValueError(f"{option} {value}: expected a positive integer")
+    if rows < group or rows % group:
+        raise ValueError(f"--rows {rows}: expected a positive multiple of --group ({group})")
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
+        raise ValueError(f"--device {device!r}: expected cpu, cuda or cuda:N")
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if int(index or 0) >= count:
+            raise ValueError(f"--device {device}: this machine has {count} CUDA device(s) (torch {torch.__version__}); use --device cpu")
+
+
 def run_loss_benchmark(
     device: str = "cpu",
     rows: int = 256,
@@ -166,8 +182,7 @@ def run_loss_benchmark(
 ) -> list[dict]:
     """Rows {section, name, ms, ratio, baseline, target, ok}; sections: loss and wrapper (ratio to
     grpo), verl (ours / verl's), transform (1,000 groups / 10 groups at `transform_rows` rows)."""
-    if rows % group:
-        raise ValueError(f"rows ({rows}) must be a multiple of the group size ({group})")
+    check_benchmark_arguments(device, rows, tokens, group, repeats)
     torch.manual_seed(0)
     batch = _batch(rows, tokens, group, device)
     cases = _loss_cases(batch)

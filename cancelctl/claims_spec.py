@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from cancelctl.strict import SpecModel
 
 # training reward, the curve of Prediction 1/2 and Compute@Reward [D eq. 19–21, Table 2]; the
 # same key the report's reward tables read
@@ -32,7 +34,7 @@ MARGIN_DIRECTIONS = ("not_higher", "not_lower", "similar")
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
-class _Strict(BaseModel):
+class _Strict(SpecModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 

@@ -11,6 +11,7 @@ across modules would hide the CLI's one screen of surface, so it stays one file.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from cancelctl.errors import ArgumentError, SpecError, SweepNotFound, WorkdirStateError
 
@@ -62,13 +64,26 @@ WorkdirOpt = typer.Option(
 )
 
 
+def finite(value: float | None) -> float | None:
+    """Callback of every float option: `nan` and `inf` parse as floats but mean nothing here."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value}: expected a finite number")
+    return value
+
+
 def workdir_path(workdir: Optional[Path]) -> Path:
     return (workdir or Path(os.environ.get("CANCELCTL_WORKDIR", DEFAULT_WORKDIR))).resolve()
 
 
+def say(out: Console, label: str, style: str, text: object) -> None:
+    """`label` in `style`, then `text` exactly as it is: a message quotes paths, names and errors,
+    whose `[...]` must never be read as rich markup (nor the label's markup printed literally)."""
+    out.print(Text.assemble((label, style), " ", str(text)), highlight=False, soft_wrap=True)
+
+
 def fail_input(exc: SpecError, file: str | None = None) -> None:
     title = f"{file}: {exc.title}" if file else exc.title
-    err_console.print(f"[bold red]error:[/] {title}", highlight=False)
+    say(err_console, "error:", "bold red", title)
     for line in exc.render().splitlines():
         err_console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
     raise typer.Exit(2)
@@ -82,7 +97,7 @@ def fail(exc: Exception) -> None:
         from cancelctl.workdir import os_error_message
 
         exc = os_error_message(exc)
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=False, soft_wrap=True)
+    say(err_console, "error:", "bold red", exc)
     raise typer.Exit(1)
 
 
@@ -117,9 +132,9 @@ def validate(
         report = validate_files(paths, allow_unmatched=allow_unmatched, compose_verl=not skip_verl, progress=plain)
     for item in report.files:
         if item.ok:
-            console.print(f"[green]ok[/]   {item.path}  ({item.n_runs} runs{item.note})", highlight=False)
+            say(console, "ok  ", "green", f"{item.path}  ({item.n_runs} runs{item.note})")
         else:
-            err_console.print(f"[bold red]FAIL[/] {item.path}: {item.title}", highlight=False)
+            say(err_console, "FAIL", "bold red", f"{item.path}: {item.title}")
             for line in item.lines[:20]:
                 err_console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
             if len(item.lines) > 20:
@@ -171,7 +186,7 @@ def plan(
         )
     console.print(table)
     for w in sweep.warnings:
-        err_console.print(f"[yellow]NOT compute-matched:[/] {w}", highlight=False)
+        say(err_console, "NOT compute-matched:", "yellow", w)
 
 
 def _si(n: float) -> str:
@@ -299,7 +314,7 @@ def sweep(
     except (SpecError, WorkdirStateError, OSError) as exc:
         fail(exc)
     except SchedulerError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        say(err_console, "error:", "bold red", exc)
         raise typer.Exit(1)
     _print_launch(result, plan_)
 
@@ -320,7 +335,7 @@ def _launch(plan_, runner, will_wait: bool, wd: Path, launch: dict):
 
 def _print_launch(result, plan_) -> None:
     for warning in result.warnings:
-        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+        say(err_console, "warning:", "yellow", warning)
     verb = "would submit" if result.dry_run else "submitted"
     console.print(
         f"{result.sweep} ({result.executor}): {verb} {len(result.submitted)}, "
@@ -335,7 +350,7 @@ def _print_launch(result, plan_) -> None:
         for run_id in result.submitted:
             console.print(f"  {names.get(run_id, run_id)}  {run_id}", highlight=False)
     for run_id, why in result.errors.items():
-        err_console.print(f"[bold red]FAILED[/] {run_id}: {why}", highlight=False, markup=True)
+        say(err_console, "FAILED", "bold red", f"{run_id}: {why}")
     if result.states and not result.dry_run:
         console.print(f"{result.sweep}: {_counts(result.states)}", highlight=False)
     if result.cancelled:  # `sweep && report` must not go on with a sweep someone cancelled
@@ -369,7 +384,7 @@ def _watch_submitted(workdir: Path, result) -> None:
 def watch_sweep(
     sweep: Optional[str] = typer.Argument(None, help="Sweep name (default: the latest)."),
     workdir: Optional[Path] = WorkdirOpt,
-    refresh: float = typer.Option(3.0, "--refresh", min=0.1, help="Seconds between refreshes."),
+    refresh: float = typer.Option(3.0, "--refresh", min=0.1, callback=finite, help="Seconds between refreshes."),
 ) -> None:
     """Live view of a sweep (state, step, reward, rho std, entropy, ETA, alerts) until every run has ended;
     plain lines when not a terminal. Ctrl-C stops watching, never the runs. Exit 1 if a run failed."""
@@ -466,7 +481,7 @@ def logs(
     if found.note:
         console.print(found.note, style="dim", highlight=False)
     for what, path, text in found.files:
-        console.print(f"[bold]{what}[/]: {path}" + ("" if text is not None else " (none)"), highlight=False)
+        say(console, f"{what}:", "bold", f"{path}" + ("" if text is not None else " (none)"))
         for line in text or []:
             console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
 
@@ -493,7 +508,7 @@ def ui(
         console.print(f"the sweep logs to the tracking server {uri}: open it in a browser", highlight=False)
         return
     if not is_loopback(host):
-        err_console.print(f"[yellow]warning:[/] --host {host} serves the store beyond this machine", highlight=False)
+        say(err_console, "warning:", "yellow", f"--host {host} serves the store beyond this machine")
     console.print(shown(argv), highlight=False, soft_wrap=True)
     if open_:
         console.print(f"serving on http://{host}:{port} (Ctrl-C stops it)", highlight=False)
@@ -512,7 +527,9 @@ def report(
     baseline: Optional[str] = typer.Option(
         None, "--baseline", "-b", help="Arm every other arm is compared against (default: the sweep file's baseline)."
     ),
-    threshold: Optional[float] = typer.Option(None, "--threshold", "-k", help="Reward threshold kappa for Compute@Reward."),
+    threshold: Optional[float] = typer.Option(
+        None, "--threshold", "-k", callback=finite, help="Reward threshold kappa for Compute@Reward."
+    ),
     compute: str = typer.Option("tokens", "--compute", help="Compute axis: tokens | updates | hours."),
     metric: str = typer.Option("critic/score/mean", "--metric", help="Training reward metric key."),
     out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default: results/<sweep>)."),
@@ -541,11 +558,9 @@ def report(
     console.print(f"report written to {result.out_dir}/ (report.md, report.html, tables/, plots/)", highlight=False)
     if result.still_running:
         names = ", ".join(result.still_running[:8]) + (" ..." if len(result.still_running) > 8 else "")
-        err_console.print(
-            f"[bold yellow]warning: incomplete report:[/] {len(result.still_running)} run(s) still running were left out "
-            f"({names}); report again when they have ended, or pass --include-unfinished to use them as they are",
-            highlight=False,
-        )
+        say(err_console, "warning: incomplete report:", "bold yellow",
+            f"{len(result.still_running)} run(s) still running were left out "
+            f"({names}); report again when they have ended, or pass --include-unfinished to use them as they are")
         raise typer.Exit(1)
 
 
@@ -593,7 +608,7 @@ def main() -> None:  # console script
     try:
         app()
     except SpecError as exc:  # raised by library calls that parse arguments late
-        err_console.print(f"[bold red]error:[/] {exc.title}", highlight=False)
+        say(err_console, "error:", "bold red", exc.title)
         err_console.print(exc.render(), highlight=False, markup=False)
         sys.exit(2)
     except (WorkdirStateError, OSError) as exc:  # a work dir file unreadable or unwritable, wherever it was met

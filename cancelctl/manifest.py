@@ -35,6 +35,8 @@ import json
 import logging
 import os
 import time
+import types
+import typing
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -152,14 +154,57 @@ class Manifest:
         version = data.get("version")
         if version != MANIFEST_VERSION:
             raise ValueError(f"manifest version {version!r} is not {MANIFEST_VERSION}")
+        _check_types(cls, data, "manifest", skip=("runs", "submissions"))
         runs = {}
-        for run_id, entry in data.get("runs", {}).items():
+        for run_id, entry in _mapping(data.get("runs", {}), "runs").items():
+            _check_types(RunEntry, entry, f"runs.{run_id}", skip=("submissions",))
             entry = dict(entry)
             entry["submissions"] = [(str(t), int(i)) for t, i in entry.get("submissions", [])]
             runs[run_id] = RunEntry(**entry)
-        subs = {token: Submission(**sub) for token, sub in data.get("submissions", {}).items()}
+        subs = {}
+        for token, sub in _mapping(data.get("submissions", {}), "submissions").items():
+            subs[token] = Submission(**_check_types(Submission, sub, f"submissions.{token}"))
         fields = {k: v for k, v in data.items() if k not in ("version", "runs", "submissions")}
         return cls(runs=runs, submissions=subs, **fields)
+
+
+def _mapping(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"{where}: a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _check_types(cls: type, data: Any, where: str, skip: tuple[str, ...] = ()) -> dict:
+    """`data` if each of its fields has the type `cls` declares (TypeError naming the field): a
+    manifest edited by hand or by another version is refused as damaged, not met later as a crash."""
+    hints = typing.get_type_hints(cls)
+    for name, value in _mapping(data, where).items():
+        if name in hints and name not in skip and not _is_a(value, hints[name]):
+            raise TypeError(f"{where}.{name}: {value!r} is not {_type_name(hints[name])}")
+    return data
+
+
+def _is_a(value: Any, hint: Any) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_a(value, arg) for arg in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:  # JSON writes 3.0 as 3.0, a hand edit may write 3
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is dict:
+        return isinstance(value, dict) and all(_is_a(k, args[0]) and _is_a(v, args[1]) for k, v in value.items())
+    if origin in (list, tuple):
+        return isinstance(value, list) and (origin is tuple or all(_is_a(v, args[0]) for v in value))
+    return isinstance(value, origin or hint)
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
 class ManifestDamaged(WorkdirStateError, ValueError):

@@ -15,18 +15,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-# `off` disables a rule (an arm can patch `monitor.<rule>.action: off`).
+from cancelctl.strict import Strict
+
+# `off` disables a rule (an arm can patch `monitor.<rule>.action: off`; YAML's boolean reads back as `off`).
 Action = Literal["warn", "stop", "off"]
 
 
-class _Strict(BaseModel):
-    # spec.Strict's settings (spec.py imports this module, so it cannot be imported from there)
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 
-class MismatchGrowthRule(_Strict):
+class MismatchGrowthRule(Strict):
     """Mismatch growth [H §5.3, App. D]: median of the last `window` values over the median of the
     first `window` (the run's baseline) ≥ `ratio`. A ratio, not a slope: ρ's std differs by orders
     of magnitude between precisions and models, its growth factor does not."""
@@ -41,7 +40,7 @@ class MismatchGrowthRule(_Strict):
     ratio: float = Field(3.0, gt=1, description="recent / baseline window median that raises the alert")
 
 
-class PccDropRule(_Strict):
+class PccDropRule(Strict):
     """PCC drop [H Fig. 3, Fig. 9a]: the mean PCC of the last `window` steps is `drop` below the
     baseline window's mean."""
 
@@ -53,7 +52,7 @@ class PccDropRule(_Strict):
     drop: float = Field(0.05, gt=0, le=2, description="absolute fall of the window mean below the baseline's")
 
 
-class EntropyCollapseRule(_Strict):
+class EntropyCollapseRule(Strict):
     """Token-entropy collapse [H App. D.1]: the window mean below `floor`, or below `fall` times
     the mean of the window before it (a fast fall)."""
 
@@ -64,7 +63,7 @@ class EntropyCollapseRule(_Strict):
     fall: float = Field(0.5, gt=0, lt=1, description="window mean / previous window mean that counts as a collapse")
 
 
-class RewardCollapseRule(_Strict):
+class RewardCollapseRule(Strict):
     """Reward collapse [H §5.3]: the window mean fell below (1 − `drop`) × the best window mean of
     the run, once that best is at least `min_best` (a run at zero reward has nothing to lose)."""
 
@@ -79,13 +78,13 @@ class RewardCollapseRule(_Strict):
     )
 
 
-class NonFiniteRule(_Strict):
+class NonFiniteRule(Strict):
     """Any NaN/±inf metric value: the update blew up."""
 
     action: Action = "stop"
 
 
-class MonitorSpec(_Strict):
+class MonitorSpec(Strict):
     """Alert rules evaluated inside the job after every step; alerts go to the run folder's
     alerts.jsonl, a `stop` ends the run at that step boundary with its checkpoint kept."""
 

@@ -122,6 +122,7 @@ def expand(data: Any, positions: dict, file: str, *, allow_unmatched: bool = Fal
     except ValidationError as exc:
         raise SpecError(_sweep_issues(exc, positions, file)) from None
     _check_axis_paths(sweep_spec, positions, file)
+    _check_arm_axis_overlaps(sweep_spec, positions, file)
 
     points = list(_axis_points(sweep_spec))
     issues: list[SpecIssue] = []
@@ -294,6 +295,44 @@ def _check_axis_paths(sweep: SweepSpec, positions: dict, file: str) -> None:
         raise SpecError(issues)
 
 
+def _arm_overlap(patch: Any, keys: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The path in an arm's patch whose value an axis at `keys` would replace (None: none): the
+    axis's field itself, a mapping below it (the axis replaces it whole), or a scalar/null above it
+    (where the axis path goes through)."""
+    node = patch
+    for depth, key in enumerate(keys, 1):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        if depth == len(keys) or not isinstance(node[key], dict):
+            return keys[:depth]
+        node = node[key]
+    return None
+
+
+def _check_arm_axis_overlaps(sweep: SweepSpec, positions: dict, file: str) -> None:
+    """An axis sets its field at every point, after the arm's patch: an arm that sets the same field
+    (directly, or in a mapping the axis path goes through) would silently lose its value. Refused,
+    naming both lines, before anything is expanded."""
+    issues = []
+    for arm, patch in sweep.arms.items():
+        for kind, axes in (("grid", sweep.grid), ("zip", sweep.zip)):
+            for dotted in axes:
+                overlap = _arm_overlap(patch, tuple(dotted.split(".")))
+                if overlap is None:
+                    continue
+                key = ("arms", arm, *overlap)
+                axis_at = positions.get((kind, dotted))
+                issues.append(SpecIssue(
+                    positions.get(key, positions.get(("arms", arm), Location(file, 1, 1))),
+                    _dotted(key),
+                    f"arm {arm!r} sets {'.'.join(overlap)}, which {kind} axis {dotted!r}"
+                    f"{f' ({axis_at})' if axis_at else ''} also sets at every point: the arm's value would be "
+                    f"overridden. Remove it from the arm, or drop the axis and give each value its own arm",
+                ))
+    if issues:
+        raise SpecError(issues, title="an arm sets a field a grid/zip axis sweeps")
+
+
 def _describe(err: dict, model: type[BaseModel] | None, loc: tuple) -> str:
     if err["type"] == "extra_forbidden":
         parent = _model_at(model, loc[:-1]) if model is not None else None
@@ -304,6 +343,9 @@ def _describe(err: dict, model: type[BaseModel] | None, loc: tuple) -> str:
         return "required field is missing"
     if "input" in err and not isinstance(err["input"], (dict, list)):
         msg += f" (got {err['input']!r})"
+    if isinstance(err.get("input"), bool) and not err["type"].startswith("bool"):
+        # YAML 1.1 (PyYAML) reads unquoted on/off/yes/no as booleans; a words field takes them back
+        msg += "; YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote the word (e.g. 'off')"
     return msg
 
 

@@ -12,12 +12,11 @@ the cross-field checks read as one document (the JSON Schema is generated from t
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationInfo,
     WithJsonSchema,
@@ -30,6 +29,8 @@ from pydantic_core import PydanticCustomError
 from cancelctl.claims_spec import ClaimSpec, claims_arm_errors
 from cancelctl.executors.registry import executor_names
 from cancelctl.monitor_spec import MonitorSpec
+from cancelctl.names import MAX_NAME_LENGTH, SWEEP_NAME, name_problem
+from cancelctl.strict import Strict
 from losses import catalog
 
 
@@ -69,12 +70,6 @@ ProbeName = Literal[catalog.PROBES]
 MAX_SEED = 2**63 - 1
 # Refused before expansion: a sweep this large is a typo (a grid axis too many), not an experiment.
 MAX_RUNS = 20_000
-
-
-class Strict(BaseModel):
-    # strict: `G: "4"` or `steps: true` is a mistake to report, not a value to coerce (ints still
-    # fill float fields); no inf/nan: `lr: .inf` must fail `validate`, not the job
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, strict=True, allow_inf_nan=False)
 
 
 def _without_unset_levers(dumped: dict[str, Any], levers: tuple[str, ...]) -> dict[str, Any]:
@@ -292,13 +287,45 @@ class EvalSpec(Strict):
     prompts: int = Field(128, ge=1, description="lab: held-out prompts per evaluation")
 
 
+def line_break_in(value: str) -> str | None:
+    """The first character of `value` that would end or garble a line of the job script (a line
+    break or another control character; a tab is fine), or None."""
+    return next((c for c in value if c != "\t" and unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+
+
+def _one_line(value: str) -> str:
+    bad = line_break_in(value)
+    if bad is not None:
+        # a "\n#SBATCH ..." in a value would add a directive to the script: refused, never escaped
+        raise PydanticCustomError(
+            "one_line", "must be one line without control characters (found {char}): it is written into the sbatch script",
+            {"char": repr(bad)},
+        )
+    return value
+
+
+def _sbatch_flag(name: str) -> str:
+    if not SBATCH_FLAG.match(name):
+        raise PydanticCustomError("sbatch_flag", "{name!r} is not an sbatch option name (lower-case letters, digits, '-', '_')",
+                                  {"name": name})
+    return name
+
+
+# Every value the SLURM executor writes into an sbatch line, a setup line or an srun argument has
+# one of these types, so validate refuses a line break in it with the value's file:line.
+ScriptLine = Annotated[str, AfterValidator(_one_line)]
+SBATCH_FLAG = re.compile(r"^[a-z][a-z0-9_-]*$")
+SbatchFlag = Annotated[str, AfterValidator(_sbatch_flag)]
+ScriptValue = Annotated[str | int, AfterValidator(lambda v: _one_line(v) if isinstance(v, str) else v)]
+
+
 APPTAINER_URI = re.compile(r"^(docker|docker-archive|oras|library|shub|https?)://")
 
 
 class ClusterSpec(Strict):
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
+    partition: ScriptLine | None = None
+    account: ScriptLine | None = None
+    qos: ScriptLine | None = None
     nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0)
     device: Literal["cuda", "cpu"] = Field(
@@ -310,12 +337,12 @@ class ClusterSpec(Strict):
     mem_gb: float | None = Field(None, gt=0)
     time_min: int = Field(60, ge=1)
     array_parallelism: int = Field(64, ge=1)
-    container_image: str | None = Field(
+    container_image: ScriptLine | None = Field(
         None, description="image the job runs in: pyxis/enroot (an image ref or .sqsh) or apptainer (a .sif or docker://...)"
     )
     container_runtime: Literal["pyxis", "apptainer"] = "pyxis"
-    setup: list[str] = Field(default_factory=list, description="shell lines run before the job (modules, venv)")
-    additional: dict[str, str | int] = Field(default_factory=dict, description="extra sbatch parameters")
+    setup: list[ScriptLine] = Field(default_factory=list, description="shell lines run before the job (modules, venv)")
+    additional: dict[SbatchFlag, ScriptValue] = Field(default_factory=dict, description="extra sbatch parameters")
 
     @model_serializer(mode="wrap")
     def _dump(self, handler) -> dict[str, Any]:
@@ -333,6 +360,15 @@ class ClusterSpec(Strict):
         if value is not None and (not value.strip() or any(c.isspace() for c in value)):
             raise ValueError(f"one image reference or path without spaces, got {value!r}")
         return value
+
+    @field_validator("setup")
+    @classmethod
+    def _no_directive_in_setup(cls, lines: list[str]) -> list[str]:
+        # setup lines sit above the first command, where sbatch still reads "#SBATCH" comments
+        for line in lines:
+            if line.lstrip().upper().startswith("#SBATCH"):
+                raise ValueError(f"an sbatch directive in setup ({line!r}): set it in cluster.additional")
+        return lines
 
     @field_validator("container_runtime")
     @classmethod
@@ -394,10 +430,20 @@ class ExperimentSpec(Strict):
         return self
 
 
+def _a_name(name: str) -> str:
+    # the rule every verb applies to a sweep name (`cancelctl.names`): validate passes what sweep runs
+    problem = name_problem(name)
+    if problem is not None:
+        raise PydanticCustomError("sweep_name", "sweep name {problem}", {"problem": problem})
+    return name
+
+
 class SweepSpec(Strict):
     """The YAML file. Arms are patches (nested mappings) applied on `base`."""
 
-    name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: Annotated[str, AfterValidator(_a_name)] = Field(
+        ..., json_schema_extra={"pattern": SWEEP_NAME.pattern, "maxLength": MAX_NAME_LENGTH}
+    )
     description: str = ""
     base: dict[str, Any] = Field(default_factory=dict, description="an ExperimentSpec (partial)")
     arms: dict[str, dict[str, Any]] = Field(
@@ -423,13 +469,12 @@ class SweepSpec(Strict):
     @field_validator("arms")
     @classmethod
     def _arm_names(cls, arms: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        import re
-
         if not arms:
             raise ValueError("at least one arm is needed")
-        for name, patch in arms.items():
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(name)):
-                raise ValueError(f"arm name {name!r}: use letters, digits, '-', '_', '.'")
+        for name in arms:
+            problem = name_problem(name)
+            if problem is not None:
+                raise ValueError(f"arm name {name!r} {problem}")
         return arms
 
     @field_validator("grid", "zip")

@@ -18,6 +18,7 @@ fallback for pipes share one state model; kept together.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -284,9 +285,9 @@ def watch(
     interrupted = False
     try:
         if console.is_terminal:
-            with Live(render(view, title, console.size.height), console=console, auto_refresh=False) as live:
+            with Live(render(view, title, console.size.height, console.size.width), console=console, auto_refresh=False) as live:
                 view = _loop(watcher, view, refresh_s, sleep, max_refreshes,
-                             lambda v: live.update(render(v, title, console.size.height), refresh=True))  # fmt: skip
+                             lambda v: live.update(render(v, title, console.size.height, console.size.width), refresh=True))  # fmt: skip
         else:
             if view.active:
                 console.print(totals_line(view, title), markup=False, highlight=False, soft_wrap=True)
@@ -348,7 +349,7 @@ class WatchProgress:
     def _show(self) -> None:
         view = self.view = self.watcher.poll()
         if self.live is not None:
-            self.live.update(render(view, self.title, self.console.size.height), refresh=True)
+            self.live.update(render(view, self.title, self.console.size.height, self.console.size.width), refresh=True)
             return
         lines = event_lines(self.previous, view) if self.previous else ([totals_line(view, self.title)] if view.runs else [])
         for line in lines:
@@ -378,8 +379,9 @@ class WatchProgress:
 # ---------------------------------------------------------------------------------- rendering
 
 
-def render(view: SweepView, title: str, height: int = 50) -> Group:
-    """The terminal frame: a table of runs (active first, cut to the screen), totals, latest alerts."""
+def render(view: SweepView, title: str, height: int = 50, width: int | None = None) -> Group:
+    """The terminal frame: a table of runs (active first, cut to the screen), totals, latest alerts;
+    on a terminal narrower than the table (`width`), one line per run instead."""
     table = Table(title=title, title_justify="left", expand=False, pad_edge=False, show_edge=False)
     for name, justify in (("run", "left"), ("state", "left"), ("step", "right"), ("reward", "right"),
                           ("ρ std", "right"), ("entropy", "right"), ("reward trend", "left"),
@@ -403,12 +405,29 @@ def render(view: SweepView, title: str, height: int = 50) -> Group:
             Text(_alert_cell(run), style="magenta" if run.stop else ("yellow" if run.alerts else "")),
         )
     parts: list = [table]
+    if width is not None and _table_width(table) > width:  # rich would squeeze every cell to nothing
+        parts = [Text(title, style="bold", no_wrap=True, overflow="ellipsis")]
+        parts += [_run_line(run) for run in runs[:room]]
     if len(runs) > room:
         parts.append(Text(f"… {len(runs) - room} more runs", style="dim"))
     parts.append(Text(totals_line(view, title)))
     for name, alert in shown_alerts:
         parts.append(Text(_alert_line(name, alert), style="magenta" if alert.action == "stop" else "yellow"))
     return Group(*parts)
+
+
+def _table_width(table: Table) -> int:
+    return Console(file=io.StringIO(), width=10_000).measure(table).maximum
+
+
+def _run_line(run: RunView) -> Text:
+    """One run on one line for a narrow terminal: name, state, step, reward, alerts (cut with …)."""
+    line = Text(run.name + " ")
+    line.append(run.state, style=STATE_STYLE.get(run.state, ""))
+    rest = [_step(run), f"r={_fmt(run.reward, '.3f')}" if run.reward is not None else "", _alert_cell(run)]
+    line.append("".join(f" {part}" for part in rest if part))
+    line.no_wrap, line.overflow = True, "ellipsis"
+    return line
 
 
 PLAIN_COLUMNS = (("run", 28, "<"), ("state", 11, "<"), ("step", 9, ">"), ("reward", 7, ">"), ("rho_std", 9, ">"),

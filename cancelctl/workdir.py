@@ -27,6 +27,7 @@ from pathlib import Path
 from cancelctl.errors import ArgumentError, SweepNotFound
 from cancelctl.fileio import read_json
 from cancelctl.manifest import Manifest, ManifestStore, RunEntry
+from cancelctl.names import SWEEP_NAME, name_problem
 
 SWEEPS = "sweeps"
 RUNS = "runs"
@@ -240,21 +241,13 @@ def _scan(runs_dir: Path) -> dict[str, str]:
     return {entry.rpartition(ID_SEPARATOR)[2]: entry for entry in entries if ID_SEPARATOR in entry}
 
 
-# a sweep's name, as the sweep file's `name:` allows it: one path component
-SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
 def check_name(name: str, what: str = "sweep name", pattern: re.Pattern[str] | None = None) -> str:
-    """`name` if it is one path component (no `/` or `\\`, not `.`/`..`, no `..`, no leading dot or
-    dash, no control characters) matching `pattern`; the one check every verb's sweep and run names
-    go through, so none reads or writes outside the work dir or results/. ArgumentError (exit 2)."""
-    ok = (
-        isinstance(name, str) and 0 < len(name) <= 200 and name[0] not in ".-" and ".." not in name
-        and not any(c in name for c in "/\\") and name.isprintable() and (pattern is None or pattern.match(name))
-    )
-    if not ok:
-        allowed = "letters, digits, '_', '.', '-'" if pattern is SWEEP_NAME else "no '/', no '..', no leading '.'"
-        raise ArgumentError(f"{what} {name!r}: must be one path component ({allowed}), as `cancelctl plan` shows it")
+    """`name` if `names.name_problem` finds none; the one check every verb's sweep and run names go
+    through (and the sweep file's, in `validate`), so none reads or writes outside the work dir or
+    results/. ArgumentError (exit 2)."""
+    problem = name_problem(name, pattern)
+    if problem is not None:
+        raise ArgumentError(f"{what} {name!r}: {problem}, as `cancelctl plan` shows it")
     return name
 
 

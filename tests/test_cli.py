@@ -378,3 +378,48 @@ def test_validate_shows_progress_as_plain_lines_when_piped():
     result = runner.invoke(app, ["validate", "--skip-verl", *files])
     assert result.exit_code == 0, result.output
     assert f"checking {files[0]} (1/2)" in result.output and f"checking {files[1]} (2/2)" in result.output
+
+
+@pytest.mark.parametrize("verb", [["validate", "--skip-verl"], ["plan"], ["sweep", "--dry-run"], ["render", "--run", "x"]])
+def test_every_verb_that_loads_a_sweep_refuses_an_arm_overriding_an_axis(verb, write_yaml, tmp_path):
+    path = write_yaml("name: t\narms:\n  grpo: {}\n  grpo8:\n    rollout: {G: 8}\ngrid:\n  rollout.G: [2, 4]\n")
+    workdir = ["-w", str(tmp_path / "wd")] if verb[0] in ("sweep", "render") else []
+    result = runner.invoke(app, [verb[0], str(path), *verb[1:], *workdir])
+    assert result.exit_code == 2, result.output
+    assert f"{path}:5:" in result.output and "arms.grpo8.rollout.G" in result.output and f"{path}:7:3" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "wd").exists()
+
+
+def test_work_dir_errors_print_a_styled_label_not_markup(tmp_path):
+    manifest = tmp_path / "wd" / "sweeps" / "s" / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text("{not json")  # damaged, and no run folders to rebuild it from: exit 1
+    result = runner.invoke(app, ["status", "s", "-w", str(tmp_path / "wd")])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("error: ") and "[bold red]" not in result.output and "[/]" not in result.output
+
+
+def test_a_path_with_brackets_is_printed_as_it_is(tmp_path):
+    path = tmp_path / "x[b]" / "sweep[bold].yaml"
+    path.parent.mkdir()
+    path.write_text("name: t\nbase: {rollout: {G: 1}}\n")
+    result = runner.invoke(app, ["validate", "--skip-verl", str(path)])
+    assert result.exit_code == 2 and f"FAIL {path}: " in result.output, result.output
+
+
+@pytest.mark.parametrize("field", [("launched_at", "yesterday"), ("file", 5), ("runs", [1]), ("driver", {"pid": "x"})])
+def test_list_names_a_manifest_field_of_the_wrong_type_instead_of_a_traceback(tmp_path, field):
+    manifest = {"version": 1, "sweep": "s", "executor": "local", "runs": {}, "submissions": {}, "created_at": 1.0}
+    manifest[field[0]] = field[1]
+    path = tmp_path / "sweeps" / "s" / "manifest.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(manifest))
+    result = runner.invoke(app, ["list", "-w", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "unreadable" in result.output and field[0] in result.output
+
+
+@pytest.mark.parametrize("args", [["report", "--threshold", "nan"], ["report", "-k", "inf"], ["watch", "--refresh", "inf"]])
+def test_float_options_refuse_nan_and_inf(args, tmp_path):
+    result = runner.invoke(app, [*args, "s", "-w", str(tmp_path)])
+    assert result.exit_code == 2 and args[1] in result.output and "finite" in result.output, result.output

@@ -61,6 +61,8 @@ def test_names_and_groups_are_readable(write_yaml):
 
 def test_zip_pairs_values(write_yaml):
     text = MINIMAL.replace("grid:\n  rollout.G: [2, 4]", "zip:\n  algorithm.clip_high: [0.2, 0.28]\n  algorithm.clip_low: [0.1, 0.2]")
+    # the gspo arm's own clips would be overridden by the zip: refused (test_an_arm_setting_a_zip_axis_field_is_refused)
+    text = text.replace(", clip_low: 3.0e-4, clip_high: 4.0e-4}", "}")
     sweep = load_sweep(write_yaml(text))
     pairs = {(r.spec.algorithm.clip_high, r.spec.algorithm.clip_low) for r in sweep.runs}
     assert pairs == {(0.2, 0.1), (0.28, 0.2)}
@@ -131,3 +133,60 @@ def test_an_unset_clip_takes_its_losss_published_range_and_plan_shows_it(write_y
     assert clips == {"g": (0.2, 0.2), "s": (3e-4, 4e-4), "d": (3e-4, 4e-4), "e": (0.1, 0.1), "h": (3e-4, 0.3)}
     shown = CliRunner().invoke(app, ["plan", str(path)], env={"COLUMNS": "300"})
     assert shown.exit_code == 0 and "0.0003/0.0004" in shown.output and "0.2/0.2" in shown.output, shown.output
+
+
+# ---------------------------------------------------------------- an arm and an axis on one field
+
+OVERLAP = """\
+name: t
+base:
+  rollout: {G: 4}
+arms:
+  grpo: {}
+  grpo8:
+    rollout:
+      G: 8
+grid:
+  rollout.G: [2, 4]
+"""
+
+
+def _overlap_issues(path):
+    with pytest.raises(SpecError) as exc:
+        load_sweep(path, allow_unmatched=True)
+    return exc.value.issues
+
+
+def test_an_arm_setting_a_grid_axis_field_is_refused_naming_both_lines(write_yaml):
+    [issue] = _overlap_issues(write_yaml(OVERLAP))
+    assert (issue.location.line, issue.path) == (8, "arms.grpo8.rollout.G")
+    assert "grid axis 'rollout.G'" in issue.message and "sweep.yaml:10:3" in issue.message
+
+
+def test_an_arm_setting_a_zip_axis_field_is_refused(write_yaml):
+    text = OVERLAP.replace("grid:\n  rollout.G: [2, 4]", "zip:\n  rollout.G: [2, 4]\n  rollout.temperature: [1.0, 0.9]")
+    [issue] = _overlap_issues(write_yaml(text))
+    assert issue.path == "arms.grpo8.rollout.G" and "zip axis 'rollout.G'" in issue.message
+
+
+@pytest.mark.parametrize(
+    ("arm", "axis", "path", "line"),
+    [
+        # the arm sets a mapping the axis replaces whole
+        ("    algorithm:\n      dfpo: {transform: clip}\n", "algorithm.dfpo.transform", "arms.b.algorithm.dfpo.transform", 7),
+        ("    algorithm:\n      tis: {cap: 3.0}\n", "algorithm.tis", "arms.b.algorithm.tis", 7),
+        # the arm sets null where the axis path goes through
+        ("    algorithm:\n      tis: null\n", "algorithm.tis.cap", "arms.b.algorithm.tis", 7),
+    ],
+)
+def test_nested_overlaps_are_refused(write_yaml, arm, axis, path, line):
+    values = {"algorithm.dfpo.transform": "[clip, min_replace]", "algorithm.tis": "[{cap: 2.0}, {cap: 4.0}]",
+              "algorithm.tis.cap": "[2.0, 4.0]"}[axis]
+    text = f"name: t\nbase: {{}}\narms:\n  a: {{}}\n  b:\n{arm}grid:\n  {axis}: {values}\n"
+    [issue] = _overlap_issues(write_yaml(text))
+    assert (issue.path, issue.location.line) == (path, line), issue
+
+
+def test_an_arm_setting_a_sibling_of_an_axis_field_is_fine(write_yaml):
+    sweep = load_sweep(write_yaml(OVERLAP.replace("      G: 8", "      temperature: 0.9")), allow_unmatched=True)
+    assert len(sweep.runs) == 4

@@ -243,3 +243,80 @@ def test_a_cpu_device_with_gpus_and_a_reward_function_that_is_no_python_file_poi
     text = BASE.replace("  rollout:\n", "  data: {reward_function: 'rewards.txt'}\n  rollout:\n")
     [issue] = issues_of(write_yaml(text))
     assert issue.location.line == 3 and issue.path == "base.data.reward_function" and "FILE.py" in issue.message
+
+# ---------------------------------------------------------------- YAML 1.1 booleans
+
+
+def _word_fields(model, prefix=""):
+    """(dotted path, its YAML boolean words) of every words field of the spec that a word YAML reads
+    as a boolean can reach (e.g. monitor rules' action: warn | stop | off)."""
+    from pydantic import BaseModel
+
+    from cancelctl.strict import YAML_FALSE_WORDS, YAML_TRUE_WORDS, _word_choices
+
+    out = []
+    for name, info in model.model_fields.items():
+        words, takes_bool = _word_choices(info.annotation)
+        boolish = [w for w in words if w.lower() in YAML_TRUE_WORDS + YAML_FALSE_WORDS]
+        if boolish and not takes_bool:
+            out.append((prefix + name, boolish))
+        for sub in (info.annotation, *getattr(info.annotation, "__args__", ())):
+            if isinstance(sub, type) and issubclass(sub, BaseModel):
+                out.extend(_word_fields(sub, f"{prefix}{name}."))
+    return out
+
+
+def test_every_words_field_takes_the_word_yaml_read_as_a_boolean(write_yaml):
+    from cancelctl.spec import ExperimentSpec
+
+    fields = _word_fields(ExperimentSpec)
+    assert len(fields) >= 5  # the monitor rules' actions today
+    for dotted, words in fields:
+        *parents, leaf = dotted.split(".")
+        for word in words:
+            block = "".join(f"\n{'  ' * (i + 1)}{p}:" for i, p in enumerate(parents))
+            path = write_yaml(f"name: t\nbase:{block} {{{leaf}: {word}}}\narms:\n  a: {{}}\n")
+            [run] = load_sweep(path).runs
+            value = run.spec
+            for key in dotted.split("."):
+                value = getattr(value, key)
+            assert value == word, (dotted, word)
+
+
+def test_readme_monitor_action_off_unquoted(write_yaml):
+    path = write_yaml("name: t\nbase:\n  monitor:\n    reward_collapse:\n      action: off\narms:\n  a: {}\n"
+                      "  b:\n    monitor: {pcc_drop: {action: on}}\n")
+    with pytest.raises(SpecError) as exc:
+        load_sweep(path)
+    [issue] = exc.value.issues  # `on` is no choice of warn | stop | off: the message says to quote
+    assert issue.path == "arms.b.monitor.pcc_drop.action" and "quote the word" in issue.message
+    sweep = load_sweep(write_yaml("name: t\nbase:\n  monitor:\n    reward_collapse:\n      action: off\narms:\n  a: {}\n"))
+    assert sweep.runs[0].spec.monitor.reward_collapse.action == "off"
+
+
+def test_a_text_field_given_a_yaml_boolean_says_quote_it(write_yaml):
+    [issue] = issues_of(write_yaml(BASE + "    model: {template: yes}\n"))
+    assert issue.path == "arms.a.model.template" and "(got True)" in issue.message and "quote the word" in issue.message
+
+
+@pytest.mark.parametrize("name", ["a" * 300, "a" * 201, "a..b", "a" * 200, "lab-demo.v2"])
+def test_validate_applies_the_sweep_name_rule_every_verb_applies(write_yaml, name):
+    from cancelctl.errors import ArgumentError
+    from cancelctl.workdir import check_sweep_name
+
+    try:
+        check_sweep_name(name)
+        verbs_accept = True
+    except ArgumentError:
+        verbs_accept = False
+    path = write_yaml(f"name: {name}\narms:\n  a: {{}}\n")
+    if verbs_accept:
+        assert load_sweep(path).name == name
+    else:
+        [issue] = issues_of(path)
+        assert issue.path == "name" and issue.location.line == 1 and "sweep name" in issue.message
+
+
+def test_an_arm_name_follows_the_same_rule(write_yaml):
+    [issue] = issues_of(write_yaml(f"name: t\narms:\n  {'a' * 250}: {{}}\n"))
+    assert issue.path == "arms" and "at most 200" in issue.message

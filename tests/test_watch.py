@@ -258,3 +258,15 @@ def test_a_run_without_a_step_yet_shows_starting_not_a_dash():
     assert _step(run("running", 3)) == "3/10"
     view = SweepView([run("running", 3), run("completed", 10), run("running", None)])
     assert totals_line(view, "s").endswith("steps 13/30 (43%)")
+
+
+@pytest.mark.parametrize("width", [20, 40])
+def test_a_narrow_terminal_gets_one_line_per_run_not_empty_borders(tmp_path, width):
+    runs = fixed_workdir(tmp_path)
+    view = Watcher(folder_states(runs)).poll()
+    console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None, height=30)
+    console.print(render(view, "demo", height=30, width=width))
+    lines = console.file.getvalue().splitlines()
+    for run in view.runs:  # each run on its own line, its name first (cut with … when it is longer)
+        assert any(line.startswith(run.name[: width - 2]) for line in lines), (run.name, lines)
+    assert all(len(line) <= width for line in lines)

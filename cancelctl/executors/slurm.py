@@ -54,7 +54,7 @@ class SlurmExecutor(Executor):
             shape = shapes[run.run_id]
             if shape.key not in seen:
                 seen.add(shape.key)
-                slurm.check_shape(shape, where=f"arm {run.arm}: cluster")
+                slurm.check_shape(shape, where=f"arm {run.arm}: cluster", folder=workdir)
         return shapes
 
     def test_submission(self, paths: SweepPaths, plan: Shapes) -> None:

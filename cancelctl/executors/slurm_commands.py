@@ -32,7 +32,7 @@ from typing import Any
 from cancelctl.errors import SpecError, SpecIssue
 from cancelctl.executors.base import SchedulerError
 from cancelctl.jobs import ARRAY_TASK_ENTRY
-from cancelctl.spec import ExperimentSpec
+from cancelctl.spec import SBATCH_FLAG, ExperimentSpec, line_break_in
 
 SBATCH_TIMEOUT_S = 60
 QUERY_TIMEOUT_S = 30
@@ -45,7 +45,6 @@ RESERVED = {"array", "job_name", "output", "error", "open_mode", "comment", "map
 CLUSTER_FIELDS = {"partition": "partition", "account": "account", "qos": "qos", "nodes": "nodes",
                   "gpus_per_node": "gpus_per_node", "cpus_per_task": "cpus_per_task", "mem": "mem_gb",
                   "time": "time_min", "array_parallelism": "array_parallelism", "setup": "setup"}
-_FLAG = re.compile(r"^[a-z][a-z0-9_-]*$")
 
 # Fault injection for the crash-safety tests (seconds to pause at the named point).
 PAUSE_BEFORE_SBATCH = "CANCELCTL_FAULT_PAUSE_BEFORE_SBATCH"
@@ -138,7 +137,7 @@ def submitit_parameter_names() -> frozenset[str]:
     return frozenset(_get_default_parameters())
 
 
-def check_shape(shape: JobShape, where: str = "cluster") -> None:
+def check_shape(shape: JobShape, where: str = "cluster", folder: Path = Path("/nonexistent")) -> None:
     """Refuse parameters submitit (or sbatch's option syntax) would not accept, before anything is
     submitted: SpecError (exit 2) naming the bad key."""
     issues = []
@@ -146,17 +145,12 @@ def check_shape(shape: JobShape, where: str = "cluster") -> None:
     for key in shape.parameters:
         if key not in valid:
             issues.append(SpecIssue(None, f"{where}.{key}", f"not a submitit SLURM parameter; valid: {', '.join(sorted(valid))}"))
-    for key, value in (shape.parameters.get("additional_parameters") or {}).items():
-        if not _FLAG.match(str(key)):
+    for key in shape.parameters.get("additional_parameters") or {}:
+        if not SBATCH_FLAG.match(str(key)):
             issues.append(SpecIssue(None, f"{where}.additional.{key}", "not an sbatch option name (letters, digits, '-')"))
-        if "\n" in str(value):
-            issues.append(SpecIssue(None, f"{where}.additional.{key}", "value must be one line"))
-    for line in shape.parameters.get("setup") or []:
-        if "\n" in line:
-            issues.append(SpecIssue(None, f"{where}.setup", f"one shell line per entry, got {line!r}"))
     if not issues:
         try:
-            render_sbatch(shape, folder=Path("/nonexistent"), token="check", n_tasks=1, job_name="check", comment="check")
+            render_sbatch(shape, folder=folder, token="check", n_tasks=1, job_name="check", comment="check")
         except (TypeError, ValueError, AssertionError) as exc:
             issues.append(SpecIssue(None, where, f"submitit refuses these parameters: {exc}"))
     if issues:
@@ -185,7 +179,25 @@ def render_sbatch(shape: JobShape, *, folder: Path, token: str, n_tasks: int, jo
 
     params = dict(shape.parameters)
     params.update(job_name=job_name, comment=comment, map_count=n_tasks)
-    return _make_sbatch_string(command=entry_command(shape.python, folder, token), folder=folder, **params)
+    command = entry_command(shape.python, folder, token)
+    _refuse_line_breaks({**params, "folder (the work dir)": str(folder), "command": command})
+    return _make_sbatch_string(command=command, folder=folder, **params)
+
+
+def _refuse_line_breaks(values: dict[str, Any], where: str = "") -> None:
+    """The last guard before a script is written: a value with a line break would add lines (an
+    `#SBATCH` directive) to it. The spec's types refuse these with their file:line; this catches
+    what reaches the script by another way (the work dir's path, an extension's parameter)."""
+    issues = []
+    for key, value in values.items():
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else [(None, value)]
+        for sub, item in items:
+            bad = line_break_in(str(item))
+            if bad is not None:
+                field = f"{where}{key}" + ("" if sub is None else f".{sub}" if isinstance(value, dict) else f"[{sub}]")
+                issues.append(SpecIssue(None, field, f"must be one line without control characters (found {bad!r}), got {str(item)!r}"))
+    if issues:
+        raise SpecError(issues, title="a value would break the sbatch script's lines: nothing was submitted")
 
 
 def job_name(sweep: str, token: str) -> str:

@@ -9,13 +9,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from sweep_files import write_sweep
 
 from cancelctl.errors import SpecError
 from cancelctl.executors import slurm_commands as slurm_mod
 from cancelctl.launch import launch_sweep
 from cancelctl.plan import load_sweep
-from cancelctl.spec import ExperimentSpec
+from cancelctl.spec import ClusterSpec, ExperimentSpec
 
 GOLDEN = Path(__file__).resolve().parents[1] / "slurm" / "golden" / "array.sbatch"
 
@@ -105,13 +106,14 @@ def test_container_runtimes(tmp_path):
     ],
 )
 def test_bad_cluster_settings_are_refused_before_submission(tmp_path, additional, message):
-    spec = ExperimentSpec.model_validate({"executor": "slurm", "cluster": {"additional": additional}})
     if message is None:  # submitit's own names go through submitit, others become raw sbatch flags
+        spec = ExperimentSpec.model_validate({"executor": "slurm", "cluster": {"additional": additional}})
         shape = slurm_mod.job_shape(spec, tmp_path)
         slurm_mod.check_shape(shape)
         assert shape.parameters["exclusive"] == "user" and shape.parameters["additional_parameters"] == {"mail-user": "a@b"}
         return
-    with pytest.raises(SpecError, match=message):
+    with pytest.raises((SpecError, ValidationError), match=message):  # the spec's types, or the shape check
+        spec = ExperimentSpec.model_validate({"executor": "slurm", "cluster": {"additional": additional}})
         slurm_mod.check_shape(slurm_mod.job_shape(spec, tmp_path))
 
 
@@ -134,3 +136,55 @@ def test_unknown_submitit_parameter_is_refused(tmp_path):
 )
 def test_job_ids_from_sacct(text, expected):
     assert slurm_mod.expand_job_id(text) == expected
+
+
+# ---------------------------------------------------------------- directive injection
+
+INJECTED = "debug\n#SBATCH --wrap=id"
+
+
+def _string_fields(model) -> list[tuple[str, str]]:
+    """(field, YAML of an injected value in its shape) for every ClusterSpec field that takes text."""
+    out = []
+    for name, info in model.model_fields.items():
+        text = repr(info.annotation)
+        if "Literal" in text or "str" not in text:
+            continue
+        value = '"' + INJECTED.replace("\n", "\\n") + '"'  # a YAML double-quoted string with a line break
+        if text.startswith("list"):
+            value = f"[{value}]"
+        elif text.startswith("dict"):
+            value = f"{{constraint: {value}}}"
+        out.append((name, value))
+    return out
+
+
+@pytest.mark.parametrize(("field", "value"), [*_string_fields(ClusterSpec), ("additional", '{"a\\n#SBATCH --wrap=id": 1}')])
+def test_every_text_field_that_reaches_the_script_refuses_a_line_break(write_yaml, field, value):
+    path = write_yaml(f"name: t\nbase:\n  executor: slurm\n  cluster:\n    {field}: {value}\narms:\n  a: {{}}\n")
+    with pytest.raises(SpecError) as exc:
+        load_sweep(path)
+    [issue] = exc.value.issues
+    assert issue.location.line == 5 and issue.path.startswith(f"base.cluster.{field}"), issue
+    assert "one line" in issue.message or "sbatch option name" in issue.message
+
+
+def test_text_fields_of_the_cluster_spec_are_all_covered():
+    # a new text field of ClusterSpec is caught by the test above; these are the ones today
+    assert {f for f, _ in _string_fields(ClusterSpec)} == {"partition", "account", "qos", "container_image", "setup", "additional"}
+
+
+def test_an_sbatch_directive_in_setup_is_refused(write_yaml):
+    path = write_yaml("name: t\nbase:\n  cluster:\n    setup: ['module load x', '#SBATCH --account=other']\narms:\n  a: {}\n")
+    with pytest.raises(SpecError, match="cluster.additional"):
+        load_sweep(path)
+
+
+def test_rendering_refuses_a_line_break_from_outside_the_spec(tmp_path):
+    # the work dir's path reaches `#SBATCH --output=`: the last guard before a script is written
+    shape = slurm_mod.job_shape(ExperimentSpec(executor="slurm"), tmp_path)
+    with pytest.raises(SpecError, match="folder"):
+        slurm_mod.render_sbatch(shape, folder=tmp_path / "w\n#SBATCH --wrap=id", token="t", n_tasks=1, job_name="j", comment="c")
+    bad = replace(shape, parameters={**shape.parameters, "partition": INJECTED})
+    with pytest.raises(SpecError, match="partition"):
+        slurm_mod.check_shape(bad)

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import pytest
+import torch
+from typer.testing import CliRunner
 
 import losses
-from cancelctl.bench import format_loss_benchmark, loss_benchmark_table, run_loss_benchmark
+from cancelctl.bench import (
+    format_loss_benchmark,
+    loss_benchmark_table,
+    run_loss_benchmark,
+)
+from cancelctl.cli import app
 
 
 def test_run_loss_benchmark_reports_every_loss_variant_and_transform():
@@ -31,5 +38,28 @@ def test_run_loss_benchmark_reports_every_loss_variant_and_transform():
     table = loss_benchmark_table(rows)
     assert table.row_count == len(rows)
     assert "dfpo(min_replace, ablation stop_grad=False)" in list(table.columns[1].cells)  # labels survive rich
-    with pytest.raises(ValueError, match="multiple of the group size"):
+    with pytest.raises(ValueError, match="multiple of --group"):
         run_loss_benchmark(rows=10, group=4)
+
+
+# arguments it cannot benchmark: exit 2 naming the option (no timing asserts here)
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--tokens", "-1"], "--tokens"),
+        (["--tokens", "0"], "--tokens"),
+        (["--group", "0"], "--group"),
+        (["--rows", "0"], "--rows"),
+        (["--rows", "4"], "--rows"),  # fewer rows than one group
+        (["--repeats", "0"], "--repeats"),
+        (["--device", "cuda"], "--device"),
+        (["--device", "cuda:7"], "--device"),
+        (["--device", "tpu"], "--device"),
+    ],
+)
+def test_bad_benchmark_arguments_exit_2_naming_the_option(args, named, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the same answer on a GPU machine
+    result = CliRunner().invoke(app, ["bench", "losses", "--no-verl", *args])
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "Traceback" not in result.output
+    assert isinstance(result.exception, SystemExit)  # typer's exit 2, not an exception from the benchmark
