@@ -177,8 +177,10 @@ def _settle_run(state: RunState, folder: RunFolder, unreachable: dict[str, str |
         return  # closed, and every point it wrote is in the store
     if uri not in unreachable:
         unreachable[uri] = probe_store(uri)
+        if unreachable[uri] is not None:  # said once per store; the run folders keep every point
+            log.warning("tracking store %s unusable: %s; MLflow not brought in line with the run folders, "
+                        "`cancelctl sync` uploads their points once the store works", uri, unreachable[uri])
     if unreachable[uri] is not None:
-        log.debug("run %s: store %s unreachable (%s); `cancelctl sync` uploads later", state.run_id, uri, unreachable[uri])
         return
     try:
         logger = RunLogger(folder.path, record["tracking_uri"], record.get("mlflow_run_id"), mark_running=False)

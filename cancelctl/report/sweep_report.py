@@ -111,7 +111,7 @@ def collect_sweep(uri: str, experiment: str, workdir: Path) -> tuple:
     from cancelctl.tracking.collect import collect, collect_run_folders
     from cancelctl.tracking.uri import fast_fail_http, probe_store
 
-    problem = probe_store(uri)
+    problem = probe_store(uri, write=False)  # a read-only store (an archive) is read as it is
     if problem is None:
         try:
             with fast_fail_http():

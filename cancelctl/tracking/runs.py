@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cancelctl.tracking.storelock import STORE_CREATE_TIMEOUT_S, sqlite_schema_exists, store_write_lock
 from cancelctl.tracking.tags import GIT_SHA_TAG, MLFLOW_GIT_COMMIT_TAG, RUN_ID_TAG, RUN_NAME_TAG, VERSION_TAG_PREFIX
-from cancelctl.tracking.uri import fast_fail_http, normalize_tracking_uri, sqlite_path
+from cancelctl.tracking.uri import TrackingUnavailable, fast_fail_http, normalize_tracking_uri, sqlite_path, sqlite_problem
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -45,9 +45,13 @@ def client_for(uri: str) -> MlflowClient:
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     db_path = sqlite_path(uri)
     if db_path is not None:
-        with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
-            if not sqlite_schema_exists(db_path):  # whoever created it did so under this lock: complete
-                return MlflowClient(tracking_uri=uri)
+        problem = sqlite_problem(db_path, write=False)  # MLflow would retry these for minutes
+        if problem:
+            raise TrackingUnavailable(f"tracking store {uri} unusable: {problem}")
+        if not sqlite_schema_exists(db_path):  # a store only read (a read-only archive) takes no lock
+            with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
+                if not sqlite_schema_exists(db_path):  # whoever created it did so under this lock: complete
+                    return MlflowClient(tracking_uri=uri)
     return MlflowClient(tracking_uri=uri)
 
 

@@ -15,7 +15,7 @@ from cancelctl.tracking.runfiles import (
 )
 from cancelctl.tracking.runs import client_for
 from cancelctl.tracking.upload import ensure_mlflow_run, set_status, upload_jsonl_backlog
-from cancelctl.tracking.uri import default_tracking_uri, normalize_tracking_uri, probe_store
+from cancelctl.tracking.uri import TrackingUnavailable, default_tracking_uri, normalize_tracking_uri, probe_store
 
 log = logging.getLogger("cancelctl.tracking")
 
@@ -30,6 +30,7 @@ class RunSyncResult:
     created: bool = False  # the MLflow run did not exist before this sync
     status: str | None = None  # final status set now, if any
     error: str | None = None
+    store_down: bool = False  # the error is the store's (the same for every run of it), not the run's
 
 
 @dataclass
@@ -71,11 +72,13 @@ def _sync_run_dir(run_dir: Path, uri: str | None, workdir: Path, unreachable: di
     if target not in unreachable:
         unreachable[target] = probe_store(target)
     if unreachable[target]:
-        outcome.error = unreachable[target]
+        outcome.error, outcome.store_down = f"tracking store {target} unusable: {unreachable[target]}", True
         return outcome
     try:
         with run_dir_lock(run_dir):
             _upload_run(run_dir, record, target, outcome)
+    except TrackingUnavailable as exc:
+        outcome.error, outcome.store_down = str(exc), True
     except Exception as exc:  # report per run; other runs still sync
         outcome.error = f"{type(exc).__name__}: {exc}"
     return outcome
