@@ -163,11 +163,13 @@ def settle_tracking(states: list[RunState]) -> None:
 
 def _settle_run(state: RunState, folder: RunFolder, unreachable: dict[str, str | None]) -> None:
     from cancelctl.tracking import RunLogger, SyncState
+    from cancelctl.tracking.runfiles import run_store_uri
     from cancelctl.tracking.uri import normalize_tracking_uri, probe_store
 
     record = read_json(folder.run_json)
     if not record or not record.get("tracking_uri"):
         return
+    record = {**record, "tracking_uri": run_store_uri(record, folder.path)}  # a moved work dir's own store
     sync_state = SyncState.load(folder.path)
     status = sync_state.final_status or _status_of_unclosed(state)
     uri = normalize_tracking_uri(record["tracking_uri"])

@@ -168,8 +168,9 @@ def latest_sweep_name(workdir: Path) -> str:
 
 def sweep_tracking_target(workdir: Path, sweep: str) -> tuple[str | None, str]:
     """(MLflow URI, experiment) the sweep's runs log to, as recorded in their run.json at launch."""
-    from cancelctl.workdir import sweep_run_records
+    from cancelctl.tracking.runfiles import run_store_uri
+    from cancelctl.workdir import sweep_run_folders
 
-    for record in sweep_run_records(workdir, sweep):
-        return record.get("tracking_uri"), record.get("experiment") or sweep
+    for record, folder in sweep_run_folders(workdir, sweep):
+        return run_store_uri(record, folder.path), record.get("experiment") or sweep
     return None, sweep

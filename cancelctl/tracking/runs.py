@@ -9,9 +9,11 @@ import functools
 import json
 import logging
 import platform
+import sqlite3
 import subprocess
 from collections.abc import Mapping
 from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cancelctl.tracking.storelock import STORE_CREATE_TIMEOUT_S, sqlite_schema_exists, store_write_lock
@@ -52,7 +54,33 @@ def client_for(uri: str) -> MlflowClient:
             with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
                 if not sqlite_schema_exists(db_path):  # whoever created it did so under this lock: complete
                     return MlflowClient(tracking_uri=uri)
+        if sqlite_problem(db_path) is None:
+            with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
+                follow_moved_store(db_path)
     return MlflowClient(tracking_uri=uri)
+
+
+def follow_moved_store(db_path: Path) -> None:
+    """A sqlite store copied or moved with its work dir (`cp -r`, `mv`) still names the artifact
+    root beside it where it was made (`<old dir>/mlartifacts`, see `_artifact_location`): point
+    its experiments and runs at the one beside it now, so a copy never writes into the original's."""
+    own = (db_path.parent / "mlartifacts").as_uri()
+    con = sqlite3.connect(db_path, timeout=STORE_CREATE_TIMEOUT_S)
+    try:
+        with con:
+            found = con.execute(
+                "SELECT DISTINCT artifact_location FROM experiments WHERE artifact_location LIKE 'file://%/mlartifacts'"
+            ).fetchall()
+            for (old,) in found:
+                if old == own:
+                    continue
+                con.execute("UPDATE experiments SET artifact_location = ? WHERE artifact_location = ?", (own, old))
+                con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) WHERE substr(artifact_uri, 1, ?) = ?",
+                            (own, len(old) + 1, len(old) + 1, old + "/"))
+    except sqlite3.Error as exc:  # MLflow's own open says what is wrong with the store
+        log.debug("%s: artifact roots not checked (%s)", db_path, exc)
+    finally:
+        con.close()
 
 
 def create_run(

@@ -65,7 +65,7 @@ def sync(workdir: Path, uri: str | None = None) -> SyncResult:
 def _sync_run_dir(run_dir: Path, uri: str | None, workdir: Path, unreachable: dict[str, str | None]) -> RunSyncResult:
     try:
         record = RunRecord.load(run_dir)
-        target = normalize_tracking_uri(uri or record.tracking_uri or default_tracking_uri(workdir))
+        target = normalize_tracking_uri(uri or record.store_uri(run_dir) or default_tracking_uri(workdir))
     except (OSError, ValueError) as exc:
         return RunSyncResult(run_id=run_dir.name, run_dir=run_dir, uri=str(uri), error=str(exc))
     outcome = RunSyncResult(run_id=record.run_id, run_dir=run_dir, uri=target)
