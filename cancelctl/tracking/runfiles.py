@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl.fileio import atomic_write_json, file_lock
-from cancelctl.tracking.uri import sqlite_path
+from cancelctl.tracking.uri import sqlite_path, store_identity
 from cancelctl.workdir import METRICS_JSONL, RUN_JSON, SYNC_STATE, RunFolder  # noqa: F401 (the tracking package re-exports the names)
 
 LOCK_TIMEOUT_S = 30.0
@@ -121,12 +121,14 @@ class StoreProgress:
     bytes: int = 0  # the watermark: metrics.jsonl[:bytes] is in this store
     points: int = 0
     status: str | None = None
+    store_id: str | None = None  # `uri.store_identity` of the store file these marks were made in
 
 
 @dataclass
 class SyncState:
     final_status: str | None = None
     stores: dict[str, StoreProgress] = field(default_factory=dict)
+    voided: set[str] = field(default_factory=set)  # stores whose marks `progress` found were another file's
 
     @classmethod
     def load(cls, run_dir: Path) -> SyncState:
@@ -154,7 +156,17 @@ class SyncState:
         atomic_write_json(RunFolder(Path(run_dir)).sync_state, data, sort_keys=True)
 
     def progress(self, uri: str) -> StoreProgress:
-        return self.stores.setdefault(uri, StoreProgress())
+        """The marks of store `uri`; none when the store file at `uri` is another than the one they
+        were made in (rebuilt after a cut migration, or a copy's): it holds none of the points yet
+        for all we know, and re-sending a point is a no-op."""
+        progress = self.stores.setdefault(uri, StoreProgress())
+        identity = store_identity(uri)
+        if identity is not None:
+            if progress.store_id not in (None, identity):
+                progress = self.stores[uri] = StoreProgress()
+                self.voided.add(uri)
+            progress.store_id = identity
+        return progress
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cancelctl.tracking.storelock import STORE_CREATE_TIMEOUT_S, sqlite_schema_exists, store_write_lock
+from cancelctl.tracking.storerepair import cut_migration, rebuild_store
 from cancelctl.tracking.tags import GIT_SHA_TAG, MLFLOW_GIT_COMMIT_TAG, RUN_ID_TAG, RUN_NAME_TAG, VERSION_TAG_PREFIX
 from cancelctl.tracking.uri import TrackingUnavailable, fast_fail_http, normalize_tracking_uri, sqlite_path, sqlite_problem
 
@@ -53,11 +54,45 @@ def client_for(uri: str) -> MlflowClient:
         if not sqlite_schema_exists(db_path):  # a store only read (a read-only archive) takes no lock
             with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
                 if not sqlite_schema_exists(db_path):  # whoever created it did so under this lock: complete
-                    return MlflowClient(tracking_uri=uri)
+                    return open_sqlite_store(uri, db_path)
         if sqlite_problem(db_path) is None:
             with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
                 follow_moved_store(db_path)
+        return open_sqlite_store(uri, db_path)
     return MlflowClient(tracking_uri=uri)
+
+
+def open_sqlite_store(uri: str, db_path: Path) -> MlflowClient:
+    """MlflowClient of a sqlite store; a store whose schema migration was cut part way (a full disk
+    mid-migration leaves `_alembic_tmp_*` tables or half a migration, and every later open fails
+    for good) is rebuilt once space is back (`storerepair`)."""
+    from mlflow import MlflowClient
+
+    try:
+        return MlflowClient(tracking_uri=uri)
+    except Exception as exc:  # noqa: BLE001 - only a cut migration is handled; the rest is raised as it was
+        why = cut_migration(db_path, exc)
+        if why is None:
+            raise
+    with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
+        try:
+            return MlflowClient(tracking_uri=uri)  # rebuilt by another process while this one waited
+        except Exception as exc:  # noqa: BLE001
+            why = cut_migration(db_path, exc)
+            if why is None:
+                raise
+        rebuild_store(db_path, why)
+        _forget_engine(uri)
+        return MlflowClient(tracking_uri=uri)
+
+
+def _forget_engine(uri: str) -> None:
+    """Drop MLflow's cached engine of `uri`: its pooled connections are to the file moved aside."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    engine = getattr(SqlAlchemyStore, "_engine_map", {}).pop(uri, None)
+    if engine is not None:
+        engine.dispose()
 
 
 def follow_moved_store(db_path: Path) -> None:

@@ -85,10 +85,10 @@ def _sync_run_dir(run_dir: Path, uri: str | None, workdir: Path, unreachable: di
 
 
 def _upload_run(run_dir: Path, record: RunRecord, uri: str, outcome: RunSyncResult) -> None:
+    client = client_for(uri)  # first: opening may rebuild the store, which voids the marks below
     state = SyncState.load(run_dir)
     progress = state.progress(uri)
     try:
-        client = client_for(uri)
         outcome.created = ensure_mlflow_run(uri, run_dir, progress)
         outcome.mlflow_run_id = progress.mlflow_run_id
         outcome.uploaded = upload_jsonl_backlog(client, run_dir, progress, checkpoint=lambda: state.save(run_dir))

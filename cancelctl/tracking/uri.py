@@ -81,6 +81,18 @@ def probe_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S, *, write: bool = T
     return sqlite_problem(path, write=write) if path is not None else None
 
 
+def store_identity(uri: str) -> str | None:
+    """Which file a sqlite store is (device and inode), so an upload watermark made in one store is
+    not taken for another at the same URI (a rebuilt store, a copied work dir's); None for other
+    stores and a store not made yet."""
+    path = sqlite_path(uri)
+    try:
+        stat = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return f"{stat.st_dev}:{stat.st_ino}" if stat is not None else None
+
+
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
