@@ -55,7 +55,7 @@ def client_for(uri: str) -> MlflowClient:
             with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
                 if not sqlite_schema_exists(db_path):  # whoever created it did so under this lock: complete
                     return open_sqlite_store(uri, db_path)
-        if sqlite_problem(db_path) is None:
+        if sqlite_problem(db_path) is None and _artifact_roots_elsewhere(db_path):  # a read, no lock: the rare case writes
             with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
                 follow_moved_store(db_path)
         return open_sqlite_store(uri, db_path)
@@ -95,6 +95,22 @@ def _forget_engine(uri: str) -> None:
         engine.dispose()
 
 
+_DEFAULT_ROOTS = "SELECT DISTINCT artifact_location FROM experiments WHERE artifact_location LIKE 'file://%/mlartifacts'"
+
+
+def _artifact_roots_elsewhere(db_path: Path) -> bool:
+    """Whether experiments of the store keep artifacts in an `mlartifacts` not beside it now."""
+    own = (db_path.parent / "mlartifacts").as_uri()
+    try:
+        con = sqlite3.connect(db_path.as_uri() + "?mode=ro", uri=True, timeout=STORE_CREATE_TIMEOUT_S)
+        try:
+            return any(root != own for (root,) in con.execute(_DEFAULT_ROOTS))
+        finally:
+            con.close()
+    except sqlite3.Error:  # MLflow's own open says what is wrong with the store
+        return False
+
+
 def follow_moved_store(db_path: Path) -> None:
     """A sqlite store copied or moved with its work dir (`cp -r`, `mv`) still names the artifact
     root beside it where it was made (`<old dir>/mlartifacts`, see `_artifact_location`): point
@@ -103,9 +119,7 @@ def follow_moved_store(db_path: Path) -> None:
     con = sqlite3.connect(db_path, timeout=STORE_CREATE_TIMEOUT_S)
     try:
         with con:
-            found = con.execute(
-                "SELECT DISTINCT artifact_location FROM experiments WHERE artifact_location LIKE 'file://%/mlartifacts'"
-            ).fetchall()
+            found = con.execute(_DEFAULT_ROOTS).fetchall()
             for (old,) in found:
                 if old == own:
                     continue

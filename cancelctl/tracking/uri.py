@@ -93,9 +93,6 @@ def store_identity(uri: str) -> str | None:
     return f"{stat.st_dev}:{stat.st_ino}" if stat is not None else None
 
 
-SQLITE_HEADER = b"SQLite format 3\x00"
-
-
 def sqlite_problem(path: Path, *, write: bool = True) -> str | None:
     """Why the sqlite store at `path` cannot be used (None: it can), from a few stat calls.
 
@@ -115,18 +112,29 @@ def sqlite_problem(path: Path, *, write: bool = True) -> str | None:
         return None
     if not path.is_file():
         return f"{path} is not a regular file"
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(len(SQLITE_HEADER))
-    except OSError as exc:
-        return f"cannot read {path} ({exc.strerror or exc})"
-    if header and header != SQLITE_HEADER:
+    if not _is_sqlite_file(path):
         return f"{path} is not a sqlite database"
     if write and not os.access(path, os.W_OK):
         return f"{path} is read-only (its permissions, or a read-only mount)"
     if write and not os.access(folder, os.W_OK):
         return f"folder {folder} is read-only: sqlite cannot write its journal beside {path.name}"
     return None
+
+
+def _is_sqlite_file(path: Path) -> bool:
+    """Read through sqlite itself, not open()/close(): closing another descriptor of a database
+    file drops the POSIX locks this process's sqlite connections hold on it."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True, timeout=0)
+        try:
+            con.execute("PRAGMA schema_version").fetchone()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        return "not a database" not in str(exc)  # busy or locked: a database, in use
+    return True
 
 
 def _probe_http(url: str, timeout_s: float) -> str | None:
