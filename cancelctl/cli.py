@@ -499,10 +499,15 @@ def ui(
 
     from cancelctl.ui import is_loopback, shown, sweep_store, ui_command
 
+    from cancelctl.tracking.uri import TrackingUnavailable, probe_store
+
     try:
         uri = sweep_store(workdir_path(workdir), sweep)
         argv = ui_command(uri, host, port)
-    except (SpecError, WorkdirStateError, OSError) as exc:
+        problem = probe_store(uri, write=False) if argv is not None else None  # mlflow ui would retry for minutes
+        if problem:
+            raise TrackingUnavailable(f"tracking store {uri} unusable: {problem}")
+    except (SpecError, WorkdirStateError, OSError, TrackingUnavailable) as exc:
         fail(exc)
     if argv is None:
         console.print(f"the sweep logs to the tracking server {uri}: open it in a browser", highlight=False)
@@ -570,12 +575,21 @@ def sync(
     uri: Optional[str] = typer.Option(None, "--uri", help="Upload to this MLflow store (default: each run's own)."),
 ) -> None:
     """Upload metrics that never reached MLflow (store was down) from the run folders' JSONL."""
+    from rich.markup import escape
+
     from cancelctl.tracking import sync as sync_runs
 
     result = sync_runs(workdir_path(workdir), uri)
+    store_down: dict[str, list[str]] = {}  # a store's own failure is said once, not once per run
     for run in result.runs.values():
-        state = f"[red]{run.error}[/]" if run.error else f"{run.uploaded} points" + (" (run created)" if run.created else "")
+        if run.store_down:
+            store_down.setdefault(run.error, []).append(run.run_id)
+            continue
+        state = f"[red]{escape(run.error)}[/]" if run.error else f"{run.uploaded} points" + (" (run created)" if run.created else "")
         console.print(f"{run.run_id}  {state}", highlight=False)
+    for why, run_ids in store_down.items():
+        err_console.print(f"error: {why}\n  {len(run_ids)} run(s) not synced; every point stays in their metrics.jsonl "
+                          "and `cancelctl sync` uploads them once the store works", highlight=False, markup=False, soft_wrap=True)
     console.print(f"uploaded {result.uploaded} points from {len(result.runs)} run folders", highlight=False)
     raise typer.Exit(1 if result.failed else 0)
 

@@ -123,10 +123,12 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
     from cancelctl import preemption
     from cancelctl.plan import RunSpec
     from cancelctl.tracking import RunLogger
+    from cancelctl.tracking.runfiles import run_store_uri
 
     record = json.loads(RunFolder(run_dir).run_json.read_text(encoding="utf-8"))
     run = RunSpec.from_json(record["run"])
-    cache_dir = Path(record["cache_dir"])
+    folder = RunFolder(run_dir)  # paths pinned at launch follow a moved or copied work dir
+    cache_dir = folder.relocated(record["cache_dir"], record.get("workdir"))
     _refuse_stale(run_dir, run.run_id, token)
     _start_attempt(run_dir, token)
     RunFolder(run_dir).result.unlink(missing_ok=True)
@@ -135,7 +137,7 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
     archive_stop(run_dir)  # so is an earlier attempt's monitor stop (a run resumed with --retry-stopped)
     if threads:
         _limit_threads(threads)
-    logger = RunLogger(run_dir, record["tracking_uri"], record.get("mlflow_run_id"))
+    logger = RunLogger(run_dir, run_store_uri(record, run_dir), record.get("mlflow_run_id"))
     try:
         train = backend_train(run.spec.backend)
         if allocation is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,10 +68,23 @@ def refuse_unlaunchable(sweep: Sweep) -> None:
     raise SpecError(issues, title=f"the {backends} backend cannot launch these runs yet; nothing submitted")
 
 
-def finished_in_tracking_store(runs: Iterable[RunSpec], workdir: Path) -> tuple[dict[str, tuple[Any, str]], list[str]]:
+def unusable_tracking_stores(runs: Iterable[RunSpec], workdir: Path) -> dict[str, str]:
+    """Tracking store URI -> why it cannot be written now, each store probed once (seconds at most:
+    MLflow itself retries a bad sqlite path or a dead server for minutes)."""
+    from cancelctl.tracking import tracking_target
+    from cancelctl.tracking.uri import probe_store
+
+    uris = sorted({tracking_target(run, workdir)[0] for run in runs})
+    return {uri: problem for uri in uris if (problem := probe_store(uri)) is not None}
+
+
+def finished_in_tracking_store(
+    runs: Iterable[RunSpec], workdir: Path, skip: Container[str] = ()
+) -> tuple[dict[str, tuple[Any, str]], list[str]]:
     """Runs whose MLflow store already holds them FINISHED (same run id: same resolved spec and
     seed, e.g. run by a colleague against a shared tracking server): run id -> (MLflow run, store
-    URI), plus a warning per store that could not be asked (its runs are run, as before)."""
+    URI), plus a warning per store that could not be asked (its runs are run, as before). Stores
+    in `skip` (known unusable, already said) are not asked."""
     from cancelctl.tracking import finished_runs, tracking_target
 
     by_store: dict[tuple[str, str], set[str]] = {}
@@ -80,6 +93,8 @@ def finished_in_tracking_store(runs: Iterable[RunSpec], workdir: Path) -> tuple[
     found: dict[str, tuple[Any, str]] = {}
     warnings: list[str] = []
     for (uri, experiment), run_ids in by_store.items():
+        if uri in skip:
+            continue
         try:
             finished = finished_runs(uri, experiment, run_ids)
         except Exception as exc:  # noqa: BLE001 - an unreachable store: run them, as before

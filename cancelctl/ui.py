@@ -17,12 +17,13 @@ LOOPBACK = "127.0.0.1"
 def sweep_store(workdir: Path, sweep: str | None) -> str:
     """The tracking URI the sweep's runs log to (run.json), else the work dir's default store."""
     from cancelctl.tracking import resolve_tracking_uri
-    from cancelctl.workdir import existing_sweep, sweep_run_records
+    from cancelctl.tracking.runfiles import run_store_uri
+    from cancelctl.workdir import existing_sweep, sweep_run_folders
 
     name = existing_sweep(workdir, sweep).sweep
-    for record in sweep_run_records(workdir, name):
+    for record, folder in sweep_run_folders(workdir, name):
         if record.get("tracking_uri"):
-            return record["tracking_uri"]
+            return run_store_uri(record, folder.path)
     return resolve_tracking_uri(None, workdir)
 
 

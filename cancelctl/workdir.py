@@ -164,6 +164,26 @@ class RunFolder:
         return f"{self.metrics} is truncated {after} (its last line is cut short at byte {size}): later points are lost"
 
     @property
+    def workdir(self) -> Path | None:
+        """The work dir this folder is in now (<workdir>/sweeps/<sweep>/runs/<folder>); None when
+        the folder is not laid out so (a run folder made by hand)."""
+        runs, sweeps = self.path.parent, self.path.parent.parent.parent
+        return sweeps.parent if runs.name == RUNS and sweeps.name == SWEEPS else None
+
+    def relocated(self, recorded: str | Path, recorded_workdir: str | Path | None) -> Path:
+        """`recorded` (a path run.json pinned at launch), moved along with the work dir: a path
+        inside the work dir the run was launched in is the same path inside the work dir this
+        folder is in now (`mv` or `cp -r` of a work dir); any other path stays as it is."""
+        recorded, now = Path(recorded), self.workdir
+        if recorded_workdir is None or now is None:
+            return recorded
+        try:
+            inside = recorded.relative_to(Path(recorded_workdir))
+        except ValueError:
+            return recorded
+        return now / inside
+
+    @property
     def sweep_manifest(self) -> Path:
         """The manifest of the sweep this folder belongs to (runs/<folder> -> <sweep>/manifest.json)."""
         return self.path.parent.parent / MANIFEST_JSON

@@ -163,11 +163,13 @@ def settle_tracking(states: list[RunState]) -> None:
 
 def _settle_run(state: RunState, folder: RunFolder, unreachable: dict[str, str | None]) -> None:
     from cancelctl.tracking import RunLogger, SyncState
+    from cancelctl.tracking.runfiles import run_store_uri
     from cancelctl.tracking.uri import normalize_tracking_uri, probe_store
 
     record = read_json(folder.run_json)
     if not record or not record.get("tracking_uri"):
         return
+    record = {**record, "tracking_uri": run_store_uri(record, folder.path)}  # a moved work dir's own store
     sync_state = SyncState.load(folder.path)
     status = sync_state.final_status or _status_of_unclosed(state)
     uri = normalize_tracking_uri(record["tracking_uri"])
@@ -177,8 +179,10 @@ def _settle_run(state: RunState, folder: RunFolder, unreachable: dict[str, str |
         return  # closed, and every point it wrote is in the store
     if uri not in unreachable:
         unreachable[uri] = probe_store(uri)
+        if unreachable[uri] is not None:  # said once per store; the run folders keep every point
+            log.warning("tracking store %s unusable: %s; MLflow not brought in line with the run folders, "
+                        "`cancelctl sync` uploads their points once the store works", uri, unreachable[uri])
     if unreachable[uri] is not None:
-        log.debug("run %s: store %s unreachable (%s); `cancelctl sync` uploads later", state.run_id, uri, unreachable[uri])
         return
     try:
         logger = RunLogger(folder.path, record["tracking_uri"], record.get("mlflow_run_id"), mark_running=False)

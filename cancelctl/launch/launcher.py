@@ -15,6 +15,7 @@ Order of a launch, all under the sweep's submit lock (one launcher at a time):
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from cancelctl.launch.prepare import prepare_run, write_adopted_result
 from cancelctl.launch.states import sweep_states
 from cancelctl.manifest import Manifest, RunEntry, file_lock
 from cancelctl.plan import RunSpec, Sweep
-from cancelctl.preflight import finished_in_tracking_store, refuse_unlaunchable
+from cancelctl.preflight import finished_in_tracking_store, refuse_unlaunchable, unusable_tracking_stores
 from cancelctl.runstate import (
     ACTIVE,
     CANCELLED,
@@ -41,6 +42,8 @@ from cancelctl.runstate import (
     RunState,
 )
 from cancelctl.workdir import SweepPaths, sweep_paths
+
+log = logging.getLogger("cancelctl.launch")
 
 SUBMIT_LOCK_TIMEOUT_S = 120.0
 
@@ -112,10 +115,11 @@ def launch_sweep(
         manifest = paths.store.load()
         states = {s.run_id: s for s in sweep_states(paths, manifest, driver_alive=driver_alive(manifest))}
         to_submit = _classify(sweep.runs, states, retry_failed, result, retry_stopped)
-        to_submit = _adopt_finished_in_store(paths, to_submit, states, result)
+        stores_down = _stores_down(sweep, paths, result)
+        to_submit = _adopt_finished_in_store(paths, to_submit, states, result, stores_down)
         to_submit = _drop_cancelled(paths, to_submit, started_at, result)
         for run in sweep.runs:  # one MLflow run per RunSpec, created when planned
-            prepare_run(paths, run, result.warnings)
+            prepare_run(paths, run, result.warnings, stores_down)
         for run in to_submit:
             archive_error(paths.run_dir(run.run_id, run.name))
             archive_stop(paths.run_dir(run.run_id, run.name))  # a stopped run resubmitted is no longer stopped
@@ -192,14 +196,28 @@ def _register(paths: SweepPaths, sweep: Sweep, kind: str) -> list[str]:
              f"({listed}); they are kept as stale (not submitted, not counted by status, left out of the report)")]
 
 
+def _stores_down(sweep: Sweep, paths: SweepPaths, result: LaunchResult) -> dict[str, str]:
+    """The sweep's tracking stores that cannot be used now, each with why, said once on the screen
+    at once (the runs go on: their points stay in metrics.jsonl until `cancelctl sync`)."""
+    down = unusable_tracking_stores(sweep.runs, paths.workdir)
+    for uri, problem in down.items():
+        result.warnings.append(
+            f"tracking store {uri} unusable: {problem}; the runs go on with every point in their metrics.jsonl, "
+            "`cancelctl sync` uploads them once the store works"
+        )
+        log.warning(result.warnings[-1])
+    return down
+
+
 def _adopt_finished_in_store(
-    paths: SweepPaths, runs: list[RunSpec], states: dict[str, RunState], result: LaunchResult
+    paths: SweepPaths, runs: list[RunSpec], states: dict[str, RunState], result: LaunchResult,
+    stores_down: dict[str, str],
 ) -> list[RunSpec]:
     """Runs never submitted from this work dir that their MLflow store already holds FINISHED are
     adopted, not run again: their result.json is written from the store's final metrics. Returns
     the runs still to submit."""
     fresh = [run for run in runs if states[run.run_id].state == UNSUBMITTED and not states[run.run_id].attempts]
-    found, warnings = finished_in_tracking_store(fresh, paths.workdir)
+    found, warnings = finished_in_tracking_store(fresh, paths.workdir, skip=stores_down)
     result.warnings.extend(warnings)
     names = {run.run_id: run.name for run in fresh}
     for run_id, (mlflow_run, uri) in found.items():

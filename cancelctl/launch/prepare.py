@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -14,21 +15,24 @@ from cancelctl.workdir import RunFolder, SweepPaths
 log = logging.getLogger("cancelctl.launch")
 
 
-def prepare_run(paths: SweepPaths, run: RunSpec, warnings: list[str]) -> Path:
+def prepare_run(paths: SweepPaths, run: RunSpec, warnings: list[str], stores_down: Container[str] = ()) -> Path:
     """Write run.json and create the run's MLflow run (idempotent: an existing MLflow run of the
     same store is reused). A store that cannot be reached now is a warning, not a failure: the job
-    creates the MLflow run from run.json when it starts, or `cancelctl sync` does later."""
+    creates the MLflow run from run.json when it starts, or `cancelctl sync` does later. Stores in
+    `stores_down` (found unusable and said so once for the sweep) are not tried."""
     from cancelctl.tracking import create_run, flatten, run_tags, tracking_target, write_run_json
+    from cancelctl.tracking.runfiles import run_store_uri
 
     run_dir = paths.run_dir(run.run_id, run.name)
     uri, experiment = tracking_target(run, paths.workdir)
     params = flatten(run.spec.model_dump(mode="json"))
     tags = run_tags(run)
     previous = read_json(RunFolder(run_dir).run_json) or {}
-    mlflow_run_id = previous.get("mlflow_run_id") if previous.get("tracking_uri") == uri else None
+    same_store = previous.get("tracking_uri") and run_store_uri(previous, run_dir) == uri  # also after a move
+    mlflow_run_id = previous.get("mlflow_run_id") if same_store else None
     if previous.get("experiment") != experiment:
         mlflow_run_id = None
-    if mlflow_run_id is None:
+    if mlflow_run_id is None and uri not in stores_down:
         try:
             mlflow_run_id = create_run(uri, experiment, run_id=run.run_id, name=run.name, tags=tags, params=params)
         except Exception as exc:  # noqa: BLE001 - reported below; the run still gets its folder

@@ -112,7 +112,7 @@ def collect_sweep(uri: str, experiment: str, workdir: Path) -> tuple:
     from cancelctl.tracking.collect import collect, collect_run_folders
     from cancelctl.tracking.uri import fast_fail_http, probe_store
 
-    problem = probe_store(uri)
+    problem = probe_store(uri, write=False)  # a read-only store (an archive) is read as it is
     if problem is None:
         try:
             with fast_fail_http():
@@ -170,8 +170,9 @@ def latest_sweep_name(workdir: Path) -> str:
 
 def sweep_tracking_target(workdir: Path, sweep: str) -> tuple[str | None, str]:
     """(MLflow URI, experiment) the sweep's runs log to, as recorded in their run.json at launch."""
-    from cancelctl.workdir import sweep_run_records
+    from cancelctl.tracking.runfiles import run_store_uri
+    from cancelctl.workdir import sweep_run_folders
 
-    for record in sweep_run_records(workdir, sweep):
-        return record.get("tracking_uri"), record.get("experiment") or sweep
+    for record, folder in sweep_run_folders(workdir, sweep):
+        return run_store_uri(record, folder.path), record.get("experiment") or sweep
     return None, sweep

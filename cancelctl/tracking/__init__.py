@@ -46,7 +46,9 @@ Files in a run folder (``run_dir``)
                                                "points": 10000, "status": "FINISHED"}}}
 
     ``bytes`` marks the prefix of metrics.jsonl already in that store; ``status`` is the
-    run status last set there; ``final_status`` is what ``RunLogger.close`` asked for.
+    run status last set there; ``final_status`` is what ``RunLogger.close`` asked for. A sqlite
+    store's marks also name its file (``store_id``, device:inode): marks made in another file at
+    the same URI (a store rebuilt after a cut migration, a copied work dir's) count as none.
 
 NaN / inf
     NaN is sent to MLflow as NaN (the SQL store keeps it with ``is_nan``; REST sends "NaN"); ±inf is
@@ -58,7 +60,9 @@ Failure policy
     warning, keeps writing metrics.jsonl, stops using MLflow for ``retry_interval_s`` and retries at
     close. HTTP stores are probed first (GET /health, 2 s timeout: a dead or hung server costs ≤ 2 s
     per attempt) and MLflow's own HTTP retries are cut to 1 retry, no backoff, 5 s timeout inside
-    cancelctl's calls. ``sync`` uploads the rest later.
+    cancelctl's calls. ``sync`` uploads the rest later. A store that cannot be used at all (a
+    directory, not a sqlite file, read-only, …: ``uri.sqlite_problem``) fails in stat calls,
+    before MLflow's minutes of retries; one whose migration was cut is rebuilt (``storerepair``).
 
 Many runs, one sqlite store (``storelock.py``)
     cancelctl's writes to a sqlite store take turns on ``<db>.lock`` (POSIX lock): a RunLogger's

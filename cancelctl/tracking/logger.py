@@ -238,13 +238,15 @@ class RunLogger:
         return True
 
     def _act(self, action: StoreAction, state: SyncState) -> None:
-        progress = state.progress(self.uri)
-        if self._mlflow_run_id:
-            progress.mlflow_run_id = self._mlflow_run_id
         reason = probe_store(self.uri)
         if reason:
             raise TrackingUnavailable(reason)
-        client = client_for(self.uri)
+        client = client_for(self.uri)  # first: opening may rebuild the store, which voids the marks below
+        progress = state.progress(self.uri)
+        if self.uri in state.voided:  # a rebuilt store: the run id known so far is the old store's
+            self._mlflow_run_id = None
+        if self._mlflow_run_id:
+            progress.mlflow_run_id = self._mlflow_run_id
         ensure_mlflow_run(self.uri, self.run_dir, progress)
         self._mlflow_run_id = progress.mlflow_run_id
         action(client, progress, state)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl.fileio import atomic_write_json, file_lock
+from cancelctl.tracking.uri import sqlite_path, store_identity
 from cancelctl.workdir import METRICS_JSONL, RUN_JSON, SYNC_STATE, RunFolder  # noqa: F401 (the tracking package re-exports the names)
 
 LOCK_TIMEOUT_S = 30.0
@@ -49,6 +50,7 @@ class RunRecord:
     mlflow_run_id: str | None = None
     tracking_uri: str | None = None
     status: str | None = None
+    workdir: str | None = None  # the work dir the run was launched in (see `store_uri`)
 
     @classmethod
     def load(cls, run_dir: Path) -> RunRecord:
@@ -60,6 +62,23 @@ class RunRecord:
         known["tags"] = {str(k): str(v) for k, v in (data.get("tags") or {}).items()}
         known["params"] = dict(data.get("params") or {})
         return cls(**known)
+
+    def store_uri(self, run_dir: Path) -> str | None:
+        """Where this run folder logs now (`run_store_uri`)."""
+        return run_store_uri({"tracking_uri": self.tracking_uri, "workdir": self.workdir}, run_dir)
+
+
+def run_store_uri(record: Mapping[str, Any], run_dir: Path) -> str | None:
+    """The tracking URI a run folder logs to now: run.json's `tracking_uri`, except that a sqlite
+    store inside the work dir the run was launched in (the default `<workdir>/mlflow.db`) is that
+    store inside the work dir the folder is in now: a moved or copied work dir (`mv`, `cp -r`)
+    carries its own store, and a copy never reads or writes the original's."""
+    uri = record.get("tracking_uri")
+    db = sqlite_path(uri) if uri else None
+    if db is None:
+        return uri
+    moved = RunFolder(Path(run_dir)).relocated(db, record.get("workdir"))
+    return uri if moved == db else "sqlite:///" + str(moved)
 
 
 def write_run_json(
@@ -73,12 +92,13 @@ def write_run_json(
     mlflow_run_id: str | None = None,
     tracking_uri: str | None = None,
     status: str | None = None,
+    workdir: str | None = None,
     **extra: Any,
 ) -> Path:
     """Write run.json atomically (extra keys, e.g. the executor's own fields, are kept as they are)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    record = RunRecord(run_id, name, experiment, dict(tags), dict(params), mlflow_run_id, tracking_uri, status)
+    record = RunRecord(run_id, name, experiment, dict(tags), dict(params), mlflow_run_id, tracking_uri, status, workdir)
     path = RunFolder(run_dir).run_json
     atomic_write_json(path, {**extra, **asdict(record)}, sort_keys=True)
     return path
@@ -101,12 +121,14 @@ class StoreProgress:
     bytes: int = 0  # the watermark: metrics.jsonl[:bytes] is in this store
     points: int = 0
     status: str | None = None
+    store_id: str | None = None  # `uri.store_identity` of the store file these marks were made in
 
 
 @dataclass
 class SyncState:
     final_status: str | None = None
     stores: dict[str, StoreProgress] = field(default_factory=dict)
+    voided: set[str] = field(default_factory=set)  # stores whose marks `progress` found were another file's
 
     @classmethod
     def load(cls, run_dir: Path) -> SyncState:
@@ -134,7 +156,17 @@ class SyncState:
         atomic_write_json(RunFolder(Path(run_dir)).sync_state, data, sort_keys=True)
 
     def progress(self, uri: str) -> StoreProgress:
-        return self.stores.setdefault(uri, StoreProgress())
+        """The marks of store `uri`; none when the store file at `uri` is another than the one they
+        were made in (rebuilt after a cut migration, or a copy's): it holds none of the points yet
+        for all we know, and re-sending a point is a no-op."""
+        progress = self.stores.setdefault(uri, StoreProgress())
+        identity = store_identity(uri)
+        if identity is not None:
+            if progress.store_id not in (None, identity):
+                progress = self.stores[uri] = StoreProgress()
+                self.voided.add(uri)
+            progress.store_id = identity
+        return progress
 
 
 # ---------------------------------------------------------------------------------------------

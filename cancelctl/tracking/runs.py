@@ -9,14 +9,17 @@ import functools
 import json
 import logging
 import platform
+import sqlite3
 import subprocess
 from collections.abc import Mapping
 from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cancelctl.tracking.storelock import STORE_CREATE_TIMEOUT_S, sqlite_schema_exists, store_write_lock
+from cancelctl.tracking.storerepair import cut_migration, rebuild_store
 from cancelctl.tracking.tags import GIT_SHA_TAG, MLFLOW_GIT_COMMIT_TAG, RUN_ID_TAG, RUN_NAME_TAG, VERSION_TAG_PREFIX
-from cancelctl.tracking.uri import fast_fail_http, normalize_tracking_uri, sqlite_path
+from cancelctl.tracking.uri import TrackingUnavailable, fast_fail_http, normalize_tracking_uri, sqlite_path, sqlite_problem
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -45,10 +48,88 @@ def client_for(uri: str) -> MlflowClient:
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     db_path = sqlite_path(uri)
     if db_path is not None:
-        with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
-            if not sqlite_schema_exists(db_path):  # whoever created it did so under this lock: complete
-                return MlflowClient(tracking_uri=uri)
+        problem = sqlite_problem(db_path, write=False)  # MLflow would retry these for minutes
+        if problem:
+            raise TrackingUnavailable(f"tracking store {uri} unusable: {problem}")
+        if not sqlite_schema_exists(db_path):  # a store only read (a read-only archive) takes no lock
+            with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
+                if not sqlite_schema_exists(db_path):  # whoever created it did so under this lock: complete
+                    return open_sqlite_store(uri, db_path)
+        if sqlite_problem(db_path) is None and _artifact_roots_elsewhere(db_path):  # a read, no lock: the rare case writes
+            with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
+                follow_moved_store(db_path)
+        return open_sqlite_store(uri, db_path)
     return MlflowClient(tracking_uri=uri)
+
+
+def open_sqlite_store(uri: str, db_path: Path) -> MlflowClient:
+    """MlflowClient of a sqlite store; a store whose schema migration was cut part way (a full disk
+    mid-migration leaves `_alembic_tmp_*` tables or half a migration, and every later open fails
+    for good) is rebuilt once space is back (`storerepair`)."""
+    from mlflow import MlflowClient
+
+    try:
+        return MlflowClient(tracking_uri=uri)
+    except Exception as exc:  # noqa: BLE001 - only a cut migration is handled; the rest is raised as it was
+        why = cut_migration(db_path, exc)
+        if why is None:
+            raise
+    with store_write_lock(uri, STORE_CREATE_TIMEOUT_S):
+        try:
+            return MlflowClient(tracking_uri=uri)  # rebuilt by another process while this one waited
+        except Exception as exc:  # noqa: BLE001
+            why = cut_migration(db_path, exc)
+            if why is None:
+                raise
+        rebuild_store(db_path, why)
+        _forget_engine(uri)
+        return MlflowClient(tracking_uri=uri)
+
+
+def _forget_engine(uri: str) -> None:
+    """Drop MLflow's cached engine of `uri`: its pooled connections are to the file moved aside."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    engine = getattr(SqlAlchemyStore, "_engine_map", {}).pop(uri, None)
+    if engine is not None:
+        engine.dispose()
+
+
+_DEFAULT_ROOTS = "SELECT DISTINCT artifact_location FROM experiments WHERE artifact_location LIKE 'file://%/mlartifacts'"
+
+
+def _artifact_roots_elsewhere(db_path: Path) -> bool:
+    """Whether experiments of the store keep artifacts in an `mlartifacts` not beside it now."""
+    own = (db_path.parent / "mlartifacts").as_uri()
+    try:
+        con = sqlite3.connect(db_path.as_uri() + "?mode=ro", uri=True, timeout=STORE_CREATE_TIMEOUT_S)
+        try:
+            return any(root != own for (root,) in con.execute(_DEFAULT_ROOTS))
+        finally:
+            con.close()
+    except sqlite3.Error:  # MLflow's own open says what is wrong with the store
+        return False
+
+
+def follow_moved_store(db_path: Path) -> None:
+    """A sqlite store copied or moved with its work dir (`cp -r`, `mv`) still names the artifact
+    root beside it where it was made (`<old dir>/mlartifacts`, see `_artifact_location`): point
+    its experiments and runs at the one beside it now, so a copy never writes into the original's."""
+    own = (db_path.parent / "mlartifacts").as_uri()
+    con = sqlite3.connect(db_path, timeout=STORE_CREATE_TIMEOUT_S)
+    try:
+        with con:
+            found = con.execute(_DEFAULT_ROOTS).fetchall()
+            for (old,) in found:
+                if old == own:
+                    continue
+                con.execute("UPDATE experiments SET artifact_location = ? WHERE artifact_location = ?", (own, old))
+                con.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?) WHERE substr(artifact_uri, 1, ?) = ?",
+                            (own, len(old) + 1, len(old) + 1, old + "/"))
+    except sqlite3.Error as exc:  # MLflow's own open says what is wrong with the store
+        log.debug("%s: artifact roots not checked (%s)", db_path, exc)
+    finally:
+        con.close()
 
 
 def create_run(

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from cancelctl.tracking.uri import TrackingUnavailable, sqlite_path
+from cancelctl.tracking.uri import TrackingUnavailable, sqlite_path, sqlite_problem
 
 STORE_LOCK_TIMEOUT_S = 10.0  # then the call fails like a dead store: the run pauses MLflow, JSONL goes on
 STORE_CREATE_TIMEOUT_S = 60.0  # waiting for another process to create the schema (~5 s, more on a busy host)
@@ -64,8 +64,14 @@ def store_write_lock(uri: str, timeout_s: float = STORE_LOCK_TIMEOUT_S) -> Itera
 
     `timeout_s > 0`: wait for it, ahead of those who only try, and raise StoreBusy after
     `timeout_s`. `timeout_s == 0`: one try, giving way to anyone waiting (a RunLogger's flush in
-    the middle of a run: its points are in metrics.jsonl already and wait for its next step)."""
+    the middle of a run: its points are in metrics.jsonl already and wait for its next step).
+    A store that cannot be written (`uri.sqlite_problem`) raises TrackingUnavailable at once:
+    MLflow would retry it for minutes."""
     path = store_lock_path(uri)
+    if path is not None and path not in _held:
+        problem = sqlite_problem(sqlite_path(uri))
+        if problem:
+            raise TrackingUnavailable(f"tracking store {uri} unusable: {problem}")
     if path is None or path in _held:
         if path is not None:
             _held[path] += 1
@@ -80,8 +86,8 @@ def store_write_lock(uri: str, timeout_s: float = STORE_LOCK_TIMEOUT_S) -> Itera
     except OSError as exc:
         if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise
-        yield  # a store this user may only read (collect): nothing of ours to serialize
-        return
+        raise TrackingUnavailable(f"tracking store {uri} unusable: cannot write its lock file {path} "
+                                  f"({exc.strerror})") from exc
     try:
         if timeout_s > 0:
             _wait(fd, path, timeout_s)

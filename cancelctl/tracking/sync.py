@@ -15,7 +15,7 @@ from cancelctl.tracking.runfiles import (
 )
 from cancelctl.tracking.runs import client_for
 from cancelctl.tracking.upload import ensure_mlflow_run, set_status, upload_jsonl_backlog
-from cancelctl.tracking.uri import default_tracking_uri, normalize_tracking_uri, probe_store
+from cancelctl.tracking.uri import TrackingUnavailable, default_tracking_uri, normalize_tracking_uri, probe_store
 
 log = logging.getLogger("cancelctl.tracking")
 
@@ -30,6 +30,7 @@ class RunSyncResult:
     created: bool = False  # the MLflow run did not exist before this sync
     status: str | None = None  # final status set now, if any
     error: str | None = None
+    store_down: bool = False  # the error is the store's (the same for every run of it), not the run's
 
 
 @dataclass
@@ -64,28 +65,30 @@ def sync(workdir: Path, uri: str | None = None) -> SyncResult:
 def _sync_run_dir(run_dir: Path, uri: str | None, workdir: Path, unreachable: dict[str, str | None]) -> RunSyncResult:
     try:
         record = RunRecord.load(run_dir)
-        target = normalize_tracking_uri(uri or record.tracking_uri or default_tracking_uri(workdir))
+        target = normalize_tracking_uri(uri or record.store_uri(run_dir) or default_tracking_uri(workdir))
     except (OSError, ValueError) as exc:
         return RunSyncResult(run_id=run_dir.name, run_dir=run_dir, uri=str(uri), error=str(exc))
     outcome = RunSyncResult(run_id=record.run_id, run_dir=run_dir, uri=target)
     if target not in unreachable:
         unreachable[target] = probe_store(target)
     if unreachable[target]:
-        outcome.error = unreachable[target]
+        outcome.error, outcome.store_down = f"tracking store {target} unusable: {unreachable[target]}", True
         return outcome
     try:
         with run_dir_lock(run_dir):
             _upload_run(run_dir, record, target, outcome)
+    except TrackingUnavailable as exc:
+        outcome.error, outcome.store_down = str(exc), True
     except Exception as exc:  # report per run; other runs still sync
         outcome.error = f"{type(exc).__name__}: {exc}"
     return outcome
 
 
 def _upload_run(run_dir: Path, record: RunRecord, uri: str, outcome: RunSyncResult) -> None:
+    client = client_for(uri)  # first: opening may rebuild the store, which voids the marks below
     state = SyncState.load(run_dir)
     progress = state.progress(uri)
     try:
-        client = client_for(uri)
         outcome.created = ensure_mlflow_run(uri, run_dir, progress)
         outcome.mlflow_run_id = progress.mlflow_run_id
         outcome.uploaded = upload_jsonl_backlog(client, run_dir, progress, checkpoint=lambda: state.save(run_dir))

@@ -68,19 +68,73 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(rest[1:]).resolve()  # 'sqlite:///a.db' is relative, 'sqlite:////a.db' absolute
 
 
-def probe_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
-    """None when the store looks reachable, else why not. Costs at most ~`timeout_s`.
+def probe_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S, *, write: bool = True) -> str | None:
+    """None when the store looks usable, else why not. Costs at most ~`timeout_s`.
 
     HTTP(S): GET <uri>/health; any HTTP answer (even 404 behind a proxy) or a TLS complaint counts
     as alive, a refused connection (dead server) or no answer in time (hung server) does not.
-    sqlite: the database's folder must exist. Other schemes: assumed reachable.
+    sqlite: `sqlite_problem` (`write=False` for a verb that only reads). Other schemes: assumed usable.
     """
     if urlsplit(uri).scheme in ("http", "https"):
         return _probe_http(uri.rstrip("/") + "/health", timeout_s)
     path = sqlite_path(uri)
-    if path is not None and not path.parent.is_dir():
-        return f"folder of sqlite store {path} does not exist"
+    return sqlite_problem(path, write=write) if path is not None else None
+
+
+def store_identity(uri: str) -> str | None:
+    """Which file a sqlite store is (device and inode), so an upload watermark made in one store is
+    not taken for another at the same URI (a rebuilt store, a copied work dir's); None for other
+    stores and a store not made yet."""
+    path = sqlite_path(uri)
+    try:
+        stat = path.stat() if path is not None else None
+    except OSError:
+        return None
+    return f"{stat.st_dev}:{stat.st_ino}" if stat is not None else None
+
+
+def sqlite_problem(path: Path, *, write: bool = True) -> str | None:
+    """Why the sqlite store at `path` cannot be used (None: it can), from a few stat calls.
+
+    MLflow meets every one of these by retrying its engine creation for minutes (15 tries with
+    exponential backoff), so each is refused here before MLflow is asked: a directory or other
+    non-file at the path, a folder that is missing or is a file, a file that is not a sqlite
+    database, and, for writers (`write`), a file or folder that cannot be written (permissions,
+    a read-only mount: access(2) says EROFS even to root). An absent file is a new store."""
+    folder = path.parent
+    if path.is_dir():
+        return f"{path} is a directory, not a sqlite database file"
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder" if folder.exists() else f"folder {folder} does not exist"
+    if not path.exists():
+        if write and not os.access(folder, os.W_OK):
+            return f"cannot create {path.name} in {folder}: the folder is read-only"
+        return None
+    if not path.is_file():
+        return f"{path} is not a regular file"
+    if not _is_sqlite_file(path):
+        return f"{path} is not a sqlite database"
+    if write and not os.access(path, os.W_OK):
+        return f"{path} is read-only (its permissions, or a read-only mount)"
+    if write and not os.access(folder, os.W_OK):
+        return f"folder {folder} is read-only: sqlite cannot write its journal beside {path.name}"
     return None
+
+
+def _is_sqlite_file(path: Path) -> bool:
+    """Read through sqlite itself, not open()/close(): closing another descriptor of a database
+    file drops the POSIX locks this process's sqlite connections hold on it."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True, timeout=0)
+        try:
+            con.execute("PRAGMA schema_version").fetchone()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        return "not a database" not in str(exc)  # busy or locked: a database, in use
+    return True
 
 
 def _probe_http(url: str, timeout_s: float) -> str | None:
