@@ -287,6 +287,8 @@ def test_one_verl_run_over_the_two_nodes_of_partition_multi(tmp_path, tiny, work
     made, _ = tiny
     path = verl_sweep(tmp_path, made, {"two-nodes": {}}, steps=2, base={
         "cluster": {"device": "cpu", "nodes": 2, "partition": MULTI_PARTITION, "cpus_per_task": 2, "time_min": 20},
+        # each rank holds half of a mini-batch (4 prompts x G 4 / 2 = 8 rows): micro-batches of 8
+        "algorithm": {"lr": 1.0e-3, "mini_batch_size": PROMPTS_PER_STEP // 2, "micro_batch_size_per_gpu": PROMPTS_PER_STEP // 2 * G // 2},
     })
     sweep = yaml.safe_load(path.read_text())["name"]
     result = cli("sweep", str(path), "--workdir", str(workdir), "--wait")

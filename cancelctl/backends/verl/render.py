@@ -383,16 +383,39 @@ def _batch_layout(run: RunSpec, template: Template, out: OverrideSet) -> None:
         out.set("trainer.v1.trainer_mode", TRAINER_MODE)
         out.set(f"trainer.v1.{TRAINER_MODE}.batching", order, add=True)
         out.set(f"{ACTOR}.shuffle", False)  # verl's iterator would shuffle rows across the order
+    _check_micro_batches_divide_rank_shares(run, template, micro)
     out.set(f"{ACTOR}.ppo_micro_batch_size_per_gpu", micro)
     out.set(f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", micro)
     out.set("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", micro)
 
 
+def _check_micro_batches_divide_rank_shares(run: RunSpec, template: Template, micro: int) -> None:
+    """Fixed micro-batches (no `use_dynamic_bsz`): verl asserts in every update that each rank's share
+    of a mini-batch is a whole number of micro-batches (workers/engine/utils.py:124) — an error that
+    would otherwise first show on the cluster, after the queue and the model load."""
+    if _dynamic_bsz(template):
+        return
+    spec = run.spec
+    dp = _data_parallel_size(run, template)
+    rows = spec.mini_batch_prompts * spec.rollout.G
+    if rows % dp or (rows // dp) % micro:
+        raise VerlRenderError(
+            run,
+            "algorithm.micro_batch_size_per_gpu",
+            f"each rank's share of a mini-batch ({spec.mini_batch_prompts} prompts x G {spec.rollout.G} / {dp} ranks = "
+            f"{rows / dp:g} rows) must be a whole number of micro-batches of {micro} rows; verl asserts it in every update",
+        )
+
+
+def _dynamic_bsz(template: Template) -> bool:
+    dynamic = template.overrides.settings.get(f"{ACTOR}.use_dynamic_bsz")
+    return dynamic is not None and str(dynamic.value).lower() == "true"
+
+
 def _check_group_fits_token_budget(run: RunSpec, template: Template) -> None:
     """Under `use_dynamic_bsz` a group is one indivisible unit of a token-budgeted micro-batch
     (`force_group_size`): verl raises mid-run if a whole group can exceed the per-GPU budget."""
-    dynamic = template.overrides.settings.get(f"{ACTOR}.use_dynamic_bsz")
-    if dynamic is None or str(dynamic.value).lower() != "true":
+    if not _dynamic_bsz(template):
         return
     budget_setting = template.overrides.settings.get(f"{ACTOR}.ppo_max_token_len_per_gpu")
     try:

@@ -162,11 +162,11 @@ def test_dfpo_is_no_longer_refused(make_run):
 
 
 def test_sign_split_renders_the_cancelctl_trainer(make_run):
-    lines = render_overrides(make_run("{batching: {strategy: sign_split}, algorithm: {micro_batch_size_per_gpu: 3}}"))
+    lines = render_overrides(make_run("{batching: {strategy: sign_split}, algorithm: {micro_batch_size_per_gpu: 2}}"))
     o = as_dict(lines)
     assert o["trainer.v1.trainer_mode"] == "cancelctl" and "+trainer.v1.cancelctl.batching=sign_split" in lines
     assert o["actor_rollout_ref.actor.shuffle"] == "false"
-    assert o["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "3"  # rows, not groups: no rounding
+    assert o["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "2"  # rows, not groups (G 4): no rounding
 
 
 def test_sign_split_dfpo_is_refused(make_run):
@@ -320,3 +320,14 @@ def test_reward_function_maps_to_verls_custom_reward(make_run):
     lines = as_dict(render_overrides(run))
     assert lines["reward.custom_reward_function.path"] == "rewards/math.py"
     assert lines["reward.custom_reward_function.name"] == "score"
+
+
+def test_micro_batches_that_do_not_divide_a_ranks_share_are_refused_at_render(make_run):
+    """verl asserts it in every update (workers/engine/utils.py): two CPU ranks each hold half of a
+    4-prompt x G 4 mini-batch, 8 rows, which micro-batches of 16 cannot split."""
+    run = make_run("{cluster: {device: cpu, gpus_per_node: 0}, algorithm: {mini_batch_size: 4, micro_batch_size_per_gpu: 16}}", nodes=2)
+    with pytest.raises(VerlRenderError, match="whole number of micro-batches") as exc:
+        render_overrides(run)
+    assert exc.value.path == "algorithm.micro_batch_size_per_gpu"
+    run = make_run("{cluster: {device: cpu, gpus_per_node: 0}, algorithm: {mini_batch_size: 4, micro_batch_size_per_gpu: 8}}", nodes=2)
+    assert as_dict(render_overrides(run))["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "8"
