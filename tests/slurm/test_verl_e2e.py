@@ -178,8 +178,10 @@ def test_a_verl_sweep_trains_on_real_main_ppo_under_slurm_and_reports(tmp_path, 
                  "--allow-unmatched")
     assert report.returncode == 0, report.stdout + report.stderr
     tables = report_dir / "tables"
-    finals = json.loads((tables / "final_scores.json").read_text())
-    assert {row["arm"] for row in finals} == set(arms)
+    finals = json.loads((tables / "final_scores.json").read_text())["rows"]
+    assert {row["arm"] for row in finals} == set(arms)  # verl's validation, avg@1 on the tiny val set
+    mechanisms = json.loads((tables / "mechanisms.json").read_text())["rows"]
+    assert {row["arm"] for row in mechanisms} == set(arms)
     mechanism = (report_dir / "report.md").read_text()
     for key in ("mismatch/rho_std", "hacking/J", "dfpo/weight_dispersion"):
         assert key in mechanism, key
