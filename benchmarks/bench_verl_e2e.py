@@ -30,12 +30,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "backends" / "verl"))
 DFPO_TARGET = 1.10
 PHASES = ("timing_s/step", "timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "timing_s/update_weights")
-ARMS = {  # arm -> (spec patch, extra overrides)
-    "gspo (verl)": ({"algorithm": {"loss": "gspo"}}, ["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"]),
-    "cancel_gspo": ({"algorithm": {"loss": "gspo"}}, []),
-    "cancel_dfpo": ({"algorithm": {"loss": "dfpo"}}, []),
-    "cancel_grpo": ({"algorithm": {"loss": "grpo"}}, []),
-    "cancel_grpo reward_balanced": ({"algorithm": {"loss": "grpo"}, "batching": {"strategy": "reward_balanced"}}, []),
+SPEC_ARMS = {  # the sweep's arms (spec patches)
+    "gspo": {"algorithm": {"loss": "gspo"}},
+    "dfpo": {"algorithm": {"loss": "dfpo"}},
+    "grpo": {"algorithm": {"loss": "grpo"}},
+    "grpo-reward-balanced": {"algorithm": {"loss": "grpo"}, "batching": {"strategy": "reward_balanced"}},
+}
+ARMS = {  # what is measured -> (the sweep arm it runs, extra overrides)
+    "gspo (verl)": ("gspo", ["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"]),  # verl's own gspo loss
+    "cancel_gspo": ("gspo", []),
+    "cancel_dfpo": ("dfpo", []),
+    "cancel_grpo": ("grpo", []),
+    "cancel_grpo reward_balanced": ("grpo-reward-balanced", []),
 }
 
 
@@ -57,7 +63,7 @@ def sweep_file(out: Path, tiny, steps: int) -> Path:
             "budget": {"steps": steps, "prompts_per_step": PROMPTS_PER_STEP},
             "cluster": {"device": "cpu"},
         },
-        "arms": {name.replace(" ", "-").replace("(", "").replace(")", ""): patch for name, (patch, _) in ARMS.items()},
+        "arms": SPEC_ARMS,
         "seeds": [0],
     }
     path = out / "bench.yaml"
@@ -127,10 +133,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-verl-e2e-") as tmp:
         out = Path(tmp)
         tiny = build_tiny_verl(out / "tiny", steps=args.steps * 4)
-        runs = load_sweep(sweep_file(out, tiny, args.steps)).runs
+        runs = {run.arm: run for run in load_sweep(sweep_file(out, tiny, args.steps)).runs}
         results = {}
-        for (name, (_, extra)), run in zip(ARMS.items(), runs):
-            results[name] = run_arm(run, out / "runs" / run.name, extra, args.poll)
+        for i, (name, (arm, extra)) in enumerate(ARMS.items()):
+            results[name] = run_arm(runs[arm], out / "runs" / f"{i}-{arm}", extra, args.poll)
             print(f"  {name}: done in {results[name][2]:.0f} s", file=sys.stderr)
     print(f"verl main_ppo on CPU, {args.steps} steps per arm (8 prompts x G 4, tiny Qwen2), mean of steps 2..{args.steps}")
     header = ["arm", *(k.split("/")[1] for k in PHASES), "peak RSS GiB", "run s", "step vs gspo (verl)"]
