@@ -3,8 +3,9 @@
 `python benchmarks/bench_verl_e2e.py [--steps N] [--poll S]`. Each arm is a cancelctl verl run with
 `cluster.device: cpu` (the packaged CPU platform and hf_cpu rollout), rendered by cancelctl exactly as
 a job runs it (entry.job_command + the job's env), on the tiny random Qwen2 and data of
-tests/backends/verl/tiny_verl.py; the arms run one after another in this process's session, so machine
-load drifts over all of them alike. Prints per arm the mean over steps 2..N (step 1 warms up) of
+tests/backends/verl/tiny_verl.py; the arms run once each, one after another (a single pass: a step's
+generation varies ±10% between runs of the same math, so read a ratio near the target over several
+invocations). Prints per arm the mean over steps 2..N (step 1 warms up) of
 verl's own timings — the whole step, generation, old log-prob, actor update, weight sync — the peak
 resident memory summed over every process of the run (Ray, TransferQueue, workers), and whole-step
 ratios to verl's own `gspo` measured in the same run: `cancel_dfpo` target ≤ 1.10×.
