@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import sweep_files
 import yaml
+from polling import wait_until
 from slurm_gate import MULTI_PARTITION, multi_node_problem
 
 from cancelctl.launch import cancel_sweep, sweep_status, wait_for_sweep
@@ -52,14 +53,6 @@ def ray_leftovers(job_id: str) -> dict[int, list[int]]:
     """rank -> pids of processes still naming that rank's Ray temp dir (raylet, gcs_server, workers)."""
     left = {rank: processes_using(f"/tmp/ray-cc-{job_id}-{rank}") for rank in (0, 1)}
     return {rank: pids for rank, pids in left.items() if pids}
-
-
-def wait_until(condition, timeout_s: float, what: str, poll_s: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
-        time.sleep(poll_s)
-    return value
 
 
 def mlflow_run(workdir: Path, sweep: str):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import sweep_files
+from polling import wait_until
 from slurm_gate import cluster_cpus, cluster_problem
 from sweep_files import TINY_LAB
 
@@ -91,16 +92,6 @@ def scheduler_tasks(sweep: str, since: float) -> dict[str, list[str]]:
     for (array_id, index), run_id in sorted(tasks.items()):
         out.setdefault(run_id, []).append(f"{array_id}_{index}")
     return out
-
-
-def wait_until(condition, timeout_s: float, what: str, poll_s: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
-        time.sleep(poll_s)
 
 
 def mlflow_states(workdir: Path, sweep: str) -> dict[str, str]:

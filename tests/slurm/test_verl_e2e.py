@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from polling import wait_until
 from slurm_gate import MULTI_PARTITION, cluster_problem, multi_node_problem
 
 from cancelctl.jobs import read_attempts, read_error
@@ -208,16 +209,6 @@ def job_processes(job_id: str) -> list[int]:
             except OSError:
                 continue
     return pids
-
-
-def wait_until(condition, timeout_s: float, what: str, poll_s: float = 1.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
-        time.sleep(poll_s)
 
 
 def states(workdir: Path, sweep: str) -> dict[str, object]:
