@@ -51,11 +51,7 @@ from typing import Any
 from cancelctl import preemption
 from cancelctl.backends.verl import render
 from cancelctl.backends.verl.compute import ComputeAccount
-from cancelctl.backends.verl.render import (
-    config_name,
-    launch_blockers,
-    render_override_set,
-)
+from cancelctl.backends.verl.render import config_name, launch_blockers, render_override_set
 from cancelctl.monitor import RunMonitor
 from cancelctl.plan import RunSpec
 from cancelctl.tracking.runfiles import iter_metrics_lines
@@ -79,9 +75,8 @@ def job_overrides(run: RunSpec, run_dir: Path) -> list[str]:
     overrides.set("trainer.logger", ["console", "file"])
     overrides.set("trainer.default_local_dir", str(run_dir / "checkpoints"))
     overrides.set("hydra.run.dir", str(run_dir / "hydra"))
-    # The file logger lives in verl's TaskRunner (a Ray actor, any node): pass the path through
-    # Ray's runtime_env as well as our own environment.
-    # every Ray worker, on any node, imports verl with these
+    # The file logger lives in verl's TaskRunner and the CPU runtime in every worker (Ray actors, any
+    # node): the job's env goes through Ray's runtime_env as well as our own environment.
     for name, value in {**render.job_env(run), **run_files_env(run, run_dir)}.items():
         overrides.set(f"{_ENV_VARS}.{name}", value, add=True)
     return overrides.lines()
@@ -116,13 +111,12 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     (run_dir / VERL_METRICS).unlink(missing_ok=True)
     env = dict(os.environ, **render.job_env(run), **run_files_env(run, run_dir))
     compute = ComputeAccount.from_run_dir(run, run_dir / METRICS_JSONL)  # earlier attempts' steps
-    # verl resumes from its latest checkpoint; the rules' windows are refilled from the steps logged
-    mon = RunMonitor(run.spec.monitor, run_dir, resume_step=last_logged_step(run_dir / METRICS_JSONL))
-    # A requeued verl resumes from its checkpoint at step k <= the last step logged, and logs k+1…
-    # again: those replayed steps are not forwarded, so MLflow holds each step once.
-    forwarder = MetricsForwarder(
-        run_dir / VERL_METRICS, logger, monitored(compute.add, mon), skip_through=last_logged_step(run_dir / METRICS_JSONL)
-    )
+    # verl resumes from its latest checkpoint at step k <= the last step logged, and logs k+1… again:
+    # the rules' windows are refilled from the steps logged, and the replayed steps are not forwarded
+    # (MLflow holds each step once)
+    logged = last_logged_step(run_dir / METRICS_JSONL)
+    mon = RunMonitor(run.spec.monitor, run_dir, resume_step=logged)
+    forwarder = MetricsForwarder(run_dir / VERL_METRICS, logger, monitored(compute.add, mon), skip_through=logged)
     # Own session: on cancel/requeue the whole tree (verl driver, Ray started by it) is stopped.
     proc = subprocess.Popen(
         job_command(run, run_dir, sys.executable), cwd=run_dir, env=env, start_new_session=True, stderr=subprocess.PIPE
@@ -219,10 +213,7 @@ def last_logged_step(metrics_jsonl: Path) -> int:
 
 def check_loss_plugin() -> None:
     """Fail before training, in one sentence with the fix, if verl would run without our losses."""
-    from losses.verl_plugin import (  # imports verl (~11 s): job-side only
-        PluginNotActive,
-        assert_active,
-    )
+    from losses.verl_plugin import PluginNotActive, assert_active  # imports verl (~11 s): job-side only
 
     try:
         assert_active()
