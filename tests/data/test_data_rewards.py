@@ -4,6 +4,7 @@ wrong included), reasoning-gym's own score_answer, the dispatch on data_source, 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import math
@@ -20,6 +21,16 @@ needs_gym = pytest.mark.skipif(importlib.util.find_spec("reasoning_gym") is None
 
 MATH = "HuggingFaceH4/MATH-500"
 
+
+def _antlr_version() -> str:
+    try:
+        return importlib.metadata.version("antlr4-python3-runtime")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+ANTLR_4_9 = _antlr_version().startswith("4.9")
+
 # (response, ground truth): equal as mathematics, unequal as strings.
 EQUIVALENT = [
     ("So the answer is $\\boxed{\\frac{1}{2}}$.", "0.5"),
@@ -28,7 +39,13 @@ EQUIVALENT = [
     ("The final answer is $\\boxed{\\dfrac{3}{4}}$", "\\frac34"),
     ("She has $\\boxed{1,000}$ apples.", "1000"),
     ("$\\boxed{x^2+2x+1}$", "(x+1)^2"),
-    ("$\\boxed{50\\%}$", "\\frac{1}{2}"),
+    pytest.param(
+        "$\\boxed{50\\%}$",
+        "\\frac{1}{2}",
+        # verl pins antlr4 4.9.x (through omegaconf), and latex2sympy2_extended 1.11's parser for that
+        # runtime lacks the atom rules its visitor calls: percent falls back to a string there.
+        marks=pytest.mark.xfail(ANTLR_4_9, reason="latex2sympy2_extended 1.11 cannot read \\% with antlr4 4.9.x", strict=True),
+    ),
     ("$\\boxed{3}$", "3.0"),
     ("$\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}$", "(3,\\frac{\\pi}{2})"),
 ]
