@@ -177,6 +177,20 @@ _ENTRIES = (
         note="answers may be stored as numbers (27.0): written as text ('27')",
     ),
     _hub(
+        "olympiadbench",
+        "OlympiadBench (maths, English, text-only)",
+        "competition",
+        "Hothan/OlympiadBench",
+        hub_config="OE_TO_maths_en_COMP",
+        splits={"test": "train"},
+        rows={"test": 674},
+        columns={"question": "question", "answer": "final_answer", "id": "id"},
+        reference="huggingface.co/datasets/Hothan/OlympiadBench (the OpenBMB release; config OE_TO_maths_en_COMP: "
+        "open-ended, text-only, maths, English competition; features id, question, solution, final_answer (a "
+        "list), ...; its only split is train, 674 rows)",
+        note="an evaluation set: written as test.parquet; final_answer is a list: its items joined with ', '",
+    ),
+    _hub(
         "gsm8k",
         "GSM8K",
         "gsm8k",

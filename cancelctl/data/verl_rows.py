@@ -49,7 +49,12 @@ class ConversionError(ValueError):
 
 
 def answer_text(value: Any) -> str:
-    """A ground truth as text: numbers stored as floats on the Hub (27.0) become '27'."""
+    """A ground truth as text: numbers stored as floats on the Hub (27.0) become '27'; a list of
+    answers (OlympiadBench's final_answer) becomes its items joined with ', '."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError("no answer (an empty list)")
+        return ", ".join(answer_text(item) for item in value)
     if value is None or isinstance(value, bool) or (isinstance(value, float) and math.isnan(value)):
         raise ValueError(f"no answer ({value!r})")
     if isinstance(value, float) and value.is_integer():

@@ -15,7 +15,7 @@ from cancelctl.data.verl_rows import MATH_INSTRUCTION, VERL_SCHEMA, answer_text
 
 pytest.importorskip("datasets")
 
-HUB_SETS = ["dapo-math-17k", "math500", "aime24", "aime25", "amc23", "gsm8k"]
+HUB_SETS = ["dapo-math-17k", "math500", "aime24", "aime25", "amc23", "olympiadbench", "gsm8k"]
 
 
 def read_rows(path):
@@ -74,6 +74,14 @@ def test_aime24_has_one_hub_split_written_as_test(hub, tmp_path):
 def test_amc23_numeric_answers_become_text(hub, tmp_path):
     (prepared,) = prepare(["amc23"], tmp_path)
     assert [r["reward_model"]["ground_truth"] for r in read_rows(prepared.files["test"])] == ["8", "0.5"]
+
+
+def test_olympiadbench_reads_its_config_and_joins_its_answer_lists(hub, tmp_path):
+    (prepared,) = prepare(["olympiadbench"], tmp_path)
+    assert hub.calls == [("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train")]
+    rows = read_rows(prepared.files["test"])
+    assert [r["reward_model"]["ground_truth"] for r in rows] == ["$7$", "$-2$, $2$"]
+    assert rows[0]["data_source"] == "Hothan/OlympiadBench" and rows[0]["extra_info"]["source_id"] == "1606"
 
 
 def test_gsm8k_ground_truth_is_the_number_after_the_marks(hub, tmp_path):
