@@ -39,10 +39,12 @@ class ValidationReport:
 
 
 def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_verl: bool = True,
-                   progress: Callable[[str], None] | None = None) -> ValidationReport:
-    """Validate each file; `progress(message)` hears each step (composing verl configs takes seconds)."""
+                   check_data: bool = True, progress: Callable[[str], None] | None = None) -> ValidationReport:
+    """Validate each file; `progress(message)` hears each step (composing verl configs takes seconds).
+    `check_data`: the verl runs' data files are read here (see `backends.verl.data_files`)."""
     results: list[FileResult] = []
     verl_runs: dict[Path, list] = {}
+    sweeps = {}
     for i, path in enumerate(paths, 1):
         if progress is not None:
             progress(f"checking {path} ({i}/{len(paths)})")
@@ -56,10 +58,31 @@ def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_
         runs = [r for r in sweep.runs if r.spec.backend == "verl"]
         if runs:
             verl_runs[path] = runs
+            sweeps[path] = sweep
     status = ""
     if verl_runs:
         status = _compose_verl(results, verl_runs, progress) if compose_verl else "verl layer skipped (--skip-verl)"
+        if check_data:
+            _check_data(results, sweeps, verl_runs)
+        else:
+            status = "; ".join(filter(None, [status, "data files not read (--skip-data)"]))
     return ValidationReport(results, status)
+
+
+def _check_data(results: list[FileResult], sweeps: dict, verl_runs: dict[Path, list]) -> None:
+    """Each verl run's data files exist and hold what verl reads: one line per problem, at the line
+    of the field that names the file; a missing file names the `cancelctl data prepare` that makes it."""
+    from cancelctl.backends.verl.data_files import data_problems
+
+    for item in results:
+        runs, sweep = verl_runs.get(item.path, []), sweeps.get(item.path)
+        lines = list(dict.fromkeys(
+            f"{sweep.location_of(run.arm, field)}: {field}: {problem}" for run in runs for field, problem in data_problems(run)
+        ))
+        if lines:
+            item.title = "data files verl could not read" if item.ok else f"{item.title}; data files verl could not read"
+            item.ok = False
+            item.lines += lines
 
 
 def _compose_verl(results: list[FileResult], verl_runs: dict[Path, list], progress=None) -> str:

@@ -18,18 +18,21 @@ def validate(
     paths: list[Path] = typer.Argument(..., help="Sweep files (YAML)."),
     allow_unmatched: bool = typer.Option(False, help="Accept arms that are not compute-matched."),
     skip_verl: bool = typer.Option(False, help="Skip composing verl configs with Hydra."),
+    skip_data: bool = typer.Option(False, help="Do not read verl runs' data files (e.g. they exist only on the cluster)."),
 ) -> None:
-    """Validate sweep files: schema, expansion, compute matching, and verl's real config (offline)."""
+    """Validate sweep files: schema, expansion, compute matching, verl's real config (offline) and
+    the verl runs' data files."""
     from cancelctl.backends.validate import validate_files
 
     if err_console.is_terminal:  # a spinner with the current step; plain lines when piped (CI logs)
         with err_console.status("validating") as spinner:
             report = validate_files(paths, allow_unmatched=allow_unmatched, compose_verl=not skip_verl,
-                                    progress=lambda message: spinner.update(message))
+                                    check_data=not skip_data, progress=lambda message: spinner.update(message))
     else:
         plain = (lambda message: err_console.print(message, highlight=False, markup=False, style="dim")) \
             if len(paths) > 1 or not skip_verl else None
-        report = validate_files(paths, allow_unmatched=allow_unmatched, compose_verl=not skip_verl, progress=plain)
+        report = validate_files(paths, allow_unmatched=allow_unmatched, compose_verl=not skip_verl, check_data=not skip_data,
+                                progress=plain)
     for item in report.files:
         if item.ok:
             say(console, "ok  ", "green", f"{item.path}  ({item.n_runs} runs{item.note})")

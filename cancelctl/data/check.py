@@ -4,7 +4,6 @@ fail on after hours in the queue is reported now, and a missing one names the co
 
 from __future__ import annotations
 
-import shlex
 from collections import Counter
 from pathlib import Path
 
@@ -12,37 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cancelctl.data.extras import MissingExtra
-from cancelctl.data.inventory import DEFAULT_OUT_DIR, GYM_DATA_SOURCE_PREFIX, UnknownDataset, catalog, entry
+from cancelctl.data.inventory import GYM_DATA_SOURCE_PREFIX, catalog
+from cancelctl.data.layout import dataset_for_path, prepare_command
 from cancelctl.data.rewards import UnknownDataSource, reward_for
 
 # What verl 0.9.1 reads from a row: the chat prompt (RLHFDataset), the data_source and
 # reward_model.ground_truth (its reward manager indexes both). ability and extra_info are optional to it.
 REQUIRED_COLUMNS = ("prompt", "data_source", "reward_model")
-
-
-def prepare_command(name: str, *, out_dir: Path | str | None = None, seed: int | None = None, size: int | None = None) -> str:
-    """The one line that makes dataset `name` (options only where they differ from the defaults)."""
-    entry(name)  # an unknown name fails here, not in the user's shell
-    words = ["cancelctl", "data", "prepare", name]
-    if out_dir is not None and Path(out_dir) != DEFAULT_OUT_DIR:
-        words += ["--out", str(out_dir)]
-    if seed is not None:
-        words += ["--seed", str(seed)]
-    if size is not None:
-        words += ["--size", str(size)]
-    return shlex.join(words)
-
-
-def dataset_for_path(path: Path | str) -> tuple[str, Path] | None:
-    """(catalog name, out dir) of a file `prepare` writes, read from its path (<out>/<name>/<split>.parquet)."""
-    path = Path(path)
-    try:
-        found = entry(path.parent.name)
-    except UnknownDataset:
-        return None
-    if path.name not in {p.name for p in found.files().values()}:
-        return None
-    return found.name, path.parent.parent
 
 
 def _missing(path: Path) -> str:

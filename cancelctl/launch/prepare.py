@@ -50,6 +50,7 @@ def prepare_run(paths: SweepPaths, run: RunSpec, warnings: list[str], stores_dow
         run=run.to_json(),
         cache_dir=str(paths.cache_dir),
         workdir=str(paths.workdir),
+        launch_dir=str(Path.cwd()),  # what a spec's relative data paths are relative to, in the job
     )
     return run_dir
 

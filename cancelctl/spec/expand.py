@@ -31,6 +31,16 @@ class Sweep:
     runs: list[RunSpec] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     arm_locations: dict[str, Location] = field(default_factory=dict)  # where each arm is in the file
+    positions: dict[tuple, Location] = field(default_factory=dict, repr=False)  # every key's place
+
+    def location_of(self, arm: str, dotted: str) -> Location:
+        """Where an arm's value of `dotted` (e.g. data.train_files) is written: the arm's own patch,
+        else the base, else the arm, else the file."""
+        keys = tuple(dotted.split("."))
+        for where in (("arms", arm, *keys), ("base", *keys)):
+            if where in self.positions:
+                return self.positions[where]
+        return self.arm_locations.get(arm) or Location(self.file, 1, 1)
 
     @property
     def name(self) -> str:
@@ -72,7 +82,7 @@ def expand(data: Any, positions: dict, file: str, *, allow_unmatched: bool = Fal
     points = list(_axis_points(sweep_spec))
     issues: list[SpecIssue] = []
     seen: set[tuple] = set()
-    sweep = Sweep(spec=sweep_spec, file=file)
+    sweep = Sweep(spec=sweep_spec, file=file, positions=positions)
     sweep.arm_locations = {arm: positions[("arms", arm)] for arm in sweep_spec.arms if ("arms", arm) in positions}
     by_hash: dict[str, str] = {}
     for arm, patch in sweep_spec.arms.items():

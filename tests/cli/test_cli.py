@@ -5,6 +5,7 @@ import json
 import jsonschema
 import pytest
 import yaml
+from prepared_data import write_stand_ins
 from project_paths import EXPERIMENTS
 from typer.testing import CliRunner
 
@@ -15,14 +16,14 @@ ALL_SPECS = sorted(EXPERIMENTS.glob("*.yaml"))
 
 
 def test_validate_all_experiments_skip_verl():
-    result = runner.invoke(app, ["validate", "--skip-verl", *map(str, ALL_SPECS)])
+    result = runner.invoke(app, ["validate", "--skip-verl", "--skip-data", *map(str, ALL_SPECS)])
     assert result.exit_code == 0, result.output
     assert result.output.count("ok ") == len(ALL_SPECS)
 
 
 def test_validate_bad_spec_exits_2_with_position(write_yaml):
     path = write_yaml("name: t\nbase:\n  algorithm:\n    loss: grpoo\n")
-    result = runner.invoke(app, ["validate", "--skip-verl", str(path)])
+    result = runner.invoke(app, ["validate", "--skip-verl", "--skip-data", str(path)])
     assert result.exit_code == 2
     assert f"{path}:4:5" in result.output and "base.algorithm.loss" in result.output
     assert "Traceback" not in result.output
@@ -31,7 +32,7 @@ def test_validate_bad_spec_exits_2_with_position(write_yaml):
 
 def test_validate_mixed_files_exit_2_but_reports_each(write_yaml):
     bad = write_yaml("name: t\nbase: {rollout: {G: 1}}\n")
-    result = runner.invoke(app, ["validate", "--skip-verl", str(EXPERIMENTS / "lab-demo.yaml"), str(bad)])
+    result = runner.invoke(app, ["validate", "--skip-verl", "--skip-data", str(EXPERIMENTS / "lab-demo.yaml"), str(bad)])
     assert result.exit_code == 2
     assert "lab-demo.yaml" in result.output and "base.rollout.G" in result.output
 
@@ -87,12 +88,14 @@ def test_render_unknown_run_exits_2():
 
 
 @pytest.mark.verl
-def test_validate_composes_every_verl_spec_against_verl():
+def test_validate_composes_every_verl_spec_against_verl(tmp_path, monkeypatch):
     """The README's `cancelctl validate experiments/*.yaml`, with verl's real config (CI has verl)."""
     from cancelctl.backends.verl import verl_available
 
     if not verl_available():
         pytest.skip("verl not installed (pip install 'cancelctl[verl]')")
+    monkeypatch.chdir(tmp_path)  # the experiments' data, as `cancelctl data prepare` writes it here
+    write_stand_ins(EXPERIMENT_DATA, tmp_path)
     result = runner.invoke(app, ["validate", *map(str, ALL_SPECS)])
     assert result.exit_code == 0, result.output
     assert "verl config composed" in result.output and "skipped" not in result.output
@@ -107,7 +110,19 @@ def test_render_verl_run_prints_shell_safe_command():
     assert "actor_rollout_ref.actor.policy_loss.loss_mode=cancel_gspo" in result.output
 
 
-def test_slurm_sweep_without_slurm_says_what_to_do_and_writes_nothing(tmp_path, monkeypatch):
+EXPERIMENT_DATA = ["dapo-math-17k", "math500", "aime24", "aime25", "amc23", "olympiadbench"]
+
+
+@pytest.fixture
+def experiment_data(tmp_path, monkeypatch):
+    """Run from a directory holding the data the verl experiments name (stand-ins for `data prepare`)."""
+    here = tmp_path / "project"
+    write_stand_ins(EXPERIMENT_DATA, here)
+    monkeypatch.chdir(here)
+    return here
+
+
+def test_slurm_sweep_without_slurm_says_what_to_do_and_writes_nothing(tmp_path, monkeypatch, experiment_data):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no sbatch, sacct, ... on this PATH
     workdir = tmp_path / "work"
     result = runner.invoke(app, ["sweep", str(EXPERIMENTS / "clip-strength.yaml"), "--workdir", str(workdir)])
@@ -119,14 +134,14 @@ def test_slurm_sweep_without_slurm_says_what_to_do_and_writes_nothing(tmp_path, 
 
 
 @pytest.mark.parametrize("name", ["group-size", "dfpo-vs-gspo", "batching"])
-def test_every_arm_of_the_verl_experiments_plans(tmp_path, name):
+def test_every_arm_of_the_verl_experiments_plans(tmp_path, name, experiment_data):
     """dfpo (group ids through the loss wrapper) and every batching strategy run on verl: no refusal."""
     result = runner.invoke(app, ["sweep", str(EXPERIMENTS / f"{name}.yaml"), "--workdir", str(tmp_path / "w"), "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "would submit" in result.output and "cannot launch" not in result.output
 
 
-def test_verl_runs_the_backend_cannot_run_are_refused_before_submission(tmp_path, monkeypatch):
+def test_verl_runs_the_backend_cannot_run_are_refused_before_submission(tmp_path, monkeypatch, experiment_data):
     """What `unsupported_on_verl` reports is refused at sweep time (exit 2, file:line of each arm), not
     after its job got GPUs; the spec itself stays valid."""
     from cancelctl.backends.verl import render
@@ -142,7 +157,7 @@ def test_verl_runs_the_backend_cannot_run_are_refused_before_submission(tmp_path
     assert f"group-size.yaml:{line}:3: arms.dfpo-min-replace: algorithm.loss dfpo" in " ".join(result.output.split())
     assert "12 runs" in result.output and "arms.gspo" not in result.output
     assert not workdir.exists()
-    assert runner.invoke(app, ["validate", "--skip-verl", str(EXPERIMENTS / "group-size.yaml")]).exit_code == 0
+    assert runner.invoke(app, ["validate", "--skip-verl", "--skip-data", str(EXPERIMENTS / "group-size.yaml")]).exit_code == 0
 
 
 def test_status_colours_apply_to_the_state_words():
@@ -375,12 +390,12 @@ def test_ui_prints_a_loopback_mlflow_command_for_the_sweeps_store(ran_sweep):
 
 def test_validate_shows_progress_as_plain_lines_when_piped():
     files = [str(EXPERIMENTS / "lab-demo.yaml"), str(EXPERIMENTS / "group-size.yaml")]
-    result = runner.invoke(app, ["validate", "--skip-verl", *files])
+    result = runner.invoke(app, ["validate", "--skip-verl", "--skip-data", *files])
     assert result.exit_code == 0, result.output
     assert f"checking {files[0]} (1/2)" in result.output and f"checking {files[1]} (2/2)" in result.output
 
 
-@pytest.mark.parametrize("verb", [["validate", "--skip-verl"], ["plan"], ["sweep", "--dry-run"], ["render", "--run", "x"]])
+@pytest.mark.parametrize("verb", [["validate", "--skip-verl", "--skip-data"], ["plan"], ["sweep", "--dry-run"], ["render", "--run", "x"]])
 def test_every_verb_that_loads_a_sweep_refuses_an_arm_overriding_an_axis(verb, write_yaml, tmp_path):
     path = write_yaml("name: t\narms:\n  grpo: {}\n  grpo8:\n    rollout: {G: 8}\ngrid:\n  rollout.G: [2, 4]\n")
     workdir = ["-w", str(tmp_path / "wd")] if verb[0] in ("sweep", "render") else []
@@ -403,7 +418,7 @@ def test_a_path_with_brackets_is_printed_as_it_is(tmp_path):
     path = tmp_path / "x[b]" / "sweep[bold].yaml"
     path.parent.mkdir()
     path.write_text("name: t\nbase: {rollout: {G: 1}}\n")
-    result = runner.invoke(app, ["validate", "--skip-verl", str(path)])
+    result = runner.invoke(app, ["validate", "--skip-verl", "--skip-data", str(path)])
     assert result.exit_code == 2 and f"FAIL {path}: " in result.output, result.output
 
 

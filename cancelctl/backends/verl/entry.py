@@ -50,12 +50,13 @@ from typing import Any
 
 from cancelctl.backends.verl import render
 from cancelctl.backends.verl.compute import ComputeAccount
+from cancelctl.backends.verl.data_files import absolute
 from cancelctl.backends.verl.render import config_name, launch_blockers, render_override_set
 from cancelctl.jobs import preemption
 from cancelctl.jobs.monitor import RunMonitor
 from cancelctl.spec.run import RunSpec
 from cancelctl.tracking.runfiles import iter_metrics_lines
-from cancelctl.workdir import METRICS_JSONL
+from cancelctl.workdir import METRICS_JSONL, RUN_JSON
 
 VERL_METRICS = "verl_metrics.jsonl"
 ROLLOUT_WEIGHTS = "rollout_weights.jsonl"  # cluster.device cpu: the hf_cpu rollout's weight syncs
@@ -70,8 +71,16 @@ _SLASHES = re.compile(r"/+")
 MECHANISM_PREFIXES = ("mismatch/", "hacking/", "dfpo/", "cancel/")
 
 
-def job_overrides(run: RunSpec, run_dir: Path) -> list[str]:
+def job_overrides(run: RunSpec, run_dir: Path, launch_dir: Path | None = None) -> list[str]:
+    """verl's overrides in the job. verl runs in the run folder, so relative data and reward paths
+    are made absolute against `launch_dir` (where `cancelctl sweep` ran; run.json keeps it)."""
     overrides = render_override_set(run)
+    if launch_dir is not None:
+        data = run.spec.data
+        overrides.set("data.train_files", [absolute(f, launch_dir) for f in data.train_files])
+        overrides.set("data.val_files", [absolute(f, launch_dir) for f in data.val_files or data.train_files])
+        if data.reward_function:
+            overrides.set("reward.custom_reward_function.path", absolute(data.reward_function.partition(":")[0], launch_dir))
     overrides.set("trainer.logger", ["console", "file"])
     overrides.set("trainer.default_local_dir", str(run_dir / "checkpoints"))
     overrides.set("hydra.run.dir", str(run_dir / "hydra"))
@@ -93,11 +102,20 @@ def run_files_env(run: RunSpec, run_dir: Path) -> dict[str, str]:
     return env
 
 
-def job_command(run: RunSpec, run_dir: Path, python: str | None = None) -> list[str]:
+def job_command(run: RunSpec, run_dir: Path, python: str | None = None, launch_dir: Path | None = None) -> list[str]:
     """verl's command in the job; `python`: the job's own interpreter (the one with cancelctl and verl
     installed; a bare `python3` on a node's PATH may be another), shown as `python3` by `render`."""
     entry = [python, *render.VERL_ENTRY[1:]] if python else render.VERL_ENTRY
-    return [*entry, "--config-name", config_name(run), *job_overrides(run, run_dir)]
+    return [*entry, "--config-name", config_name(run), *job_overrides(run, run_dir, launch_dir)]
+
+
+def launch_dir_of(run_dir: Path) -> Path:
+    """Where `cancelctl sweep` ran for this run (run.json), else the job's own working directory."""
+    try:
+        recorded = json.loads((Path(run_dir) / RUN_JSON).read_text(encoding="utf-8")).get("launch_dir")
+    except (OSError, ValueError):
+        recorded = None
+    return Path(recorded) if recorded else Path.cwd()
 
 
 def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = None) -> dict[str, float]:
@@ -118,7 +136,7 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     mon = RunMonitor(run.spec.monitor, run_dir, resume_step=logged)
     forwarder = MetricsForwarder(run_dir / VERL_METRICS, logger, monitored(compute.add, mon), skip_through=logged)
     # Own session: on cancel/requeue the whole tree (verl driver, Ray started by it) is stopped.
-    command = [*job_command(run, run_dir, sys.executable), *resume_overrides(run_dir / "checkpoints", logged)]
+    command = [*job_command(run, run_dir, sys.executable, launch_dir_of(run_dir)), *resume_overrides(run_dir / "checkpoints", logged)]
     proc = subprocess.Popen(command, cwd=run_dir, env=env, start_new_session=True, stderr=subprocess.PIPE)
     stderr = StderrTail(proc.stderr)  # still the job's stderr; its tail names a failed worker's exception
     try:

@@ -16,6 +16,7 @@ import re
 import shlex
 from pathlib import Path
 
+from cancelctl.backends.verl.data_files import scored_by_cancelctl
 from cancelctl.backends.verl.errors import VerlRenderError
 from cancelctl.backends.verl.layout import (
     TRAINER_MODE,
@@ -217,6 +218,11 @@ def _data(run: RunSpec, out: OverrideSet) -> None:
         path, _, name = spec.data.reward_function.partition(":")
         out.set("reward.custom_reward_function.path", path)
         out.set("reward.custom_reward_function.name", name or "compute_score")
+    elif scored_by_cancelctl(spec):  # data `cancelctl data prepare` made: its rewards, by data_source
+        from cancelctl.data.rewards import REWARD_FUNCTION, REWARD_MODULE
+
+        out.set("reward.custom_reward_function.path", REWARD_MODULE)
+        out.set("reward.custom_reward_function.name", REWARD_FUNCTION)
 
 
 def _rollout(run: RunSpec, out: OverrideSet) -> None:
