@@ -102,3 +102,20 @@ def test_the_job_hands_verl_absolute_paths_against_the_launch_dir(tmp_path):
     assert f"data.val_files=[{tmp_path}/project/data/aime25/test.parquet,/abs/aime24/test.parquet]" in lines
     assert f"reward.custom_reward_function.path={tmp_path}/project/rewards/mine.py" in lines
     assert data_problems(run, base=tmp_path / "project")[0][1].startswith(f"{tmp_path}/project/data/dapo-math-17k/train.parquet: no such file")
+
+
+@pytest.mark.verl
+def test_verls_own_loader_finds_cancelctls_reward_by_package():
+    """The override the renderer writes, resolved by verl's `get_custom_reward_fn` as its reward loop does."""
+    pytest.importorskip("verl")
+    pytest.importorskip("math_verify")
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    overrides = dict(line.split("=", 1) for line in render_overrides(load_sweep(GROUP_SIZE).runs[0]) if line.startswith("reward."))
+    config = OmegaConf.create({"reward": {"custom_reward_function": {
+        "path": overrides["reward.custom_reward_function.path"], "name": overrides["reward.custom_reward_function.name"],
+    }}})
+    score = get_custom_reward_fn(config)
+    assert score(data_source="math-ai/aime25", solution_str="so $\\boxed{70}$", ground_truth="70", extra_info={}) == 1.0
+    assert score(data_source="math-ai/aime25", solution_str="so $\\boxed{71}$", ground_truth="70", extra_info={}) == 0.0
