@@ -1,16 +1,33 @@
 import importlib.util
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+# One console width for every test, terminal or not, serial or in an xdist worker (which may be given
+# a narrow one): tables are asserted on their words, and rich cuts words to fit the width.
+os.environ["COLUMNS"] = "160"
+
 VERL_MISSING = "the verl extra (verl, Hydra, Ray) is not installed: pip install -e '.[verl]' (README line 2 installs the test extra only)"
+
+
+# Tests that hold one of the machine's shared, bounded resources — the SLURM cluster a test run was
+# given (its slots; `squeue` seen by every test), a Ray cluster, a whole verl run (~5 GiB, ~16
+# processes) — run one after another in one xdist worker (`--dist loadgroup`), whatever -n is.
+MACHINE_GROUP = "machine"
+MACHINE_FILES = ("tests/slurm/", "tests/jobs/test_raycluster.py", "tests/backends/verl/test_verl_cpu_main_ppo.py")
 
 
 def pytest_collection_modifyitems(config, items):
     """README promises the verl tests skip where verl is missing: every `verl`-marked test (one that
     needs the verl extra: verl, Hydra, Ray, TransferQueue) does, whatever it imports. CI runs them
     after line 2 with `pytest -m verl`, so a test needing the extra must carry the marker."""
+    root = Path(str(config.rootpath))
+    for item in items:
+        where = Path(str(item.path)).relative_to(root).as_posix()
+        if item.get_closest_marker("slurm") is not None or where.startswith(MACHINE_FILES):
+            item.add_marker(pytest.mark.xdist_group(MACHINE_GROUP))
     if importlib.util.find_spec("verl") is not None:
         return
     for item in items:

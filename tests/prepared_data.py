@@ -11,24 +11,30 @@ from cancelctl.data.parquet_files import write_rows_atomic
 from cancelctl.data.verl_rows import MATH_INSTRUCTION, verl_row
 
 
+def write_verl_file(path: Path, data_source: str, split: str = "train") -> Path:
+    """One verl-shaped row ('What is 1 + 1?', ground truth '2') at `path`."""
+    question = f"What is 1 + 1? ({data_source}, {split})"
+    row = verl_row(
+        data_source=data_source,
+        messages=[{"role": "user", "content": f"{question} {MATH_INSTRUCTION}"}],
+        ability="math",
+        ground_truth="2",
+        split=split,
+        index=0,
+        source_id="0",
+        question=question,
+        entry="{}",
+    )
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_rows_atomic([row], path)
+    return path
+
+
 def write_stand_ins(names: list[str], root: Path, out_dir: Path | str = DEFAULT_OUT_DIR) -> list[Path]:
-    written = []
-    for name in names:
-        found = entry(name)
-        for split, path in found.files(Path(root) / out_dir).items():
-            question = f"What is 1 + 1? ({name}, {split})"
-            row = verl_row(
-                data_source=found.data_source,
-                messages=[{"role": "user", "content": f"{question} {MATH_INSTRUCTION}"}],
-                ability="math",
-                ground_truth="2",
-                split=split,
-                index=0,
-                source_id="0",
-                question=question,
-                entry="{}",
-            )
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_rows_atomic([row], path)
-            written.append(path)
-    return written
+    """Dataset `name`'s files under `root/out_dir`, as `cancelctl data prepare` lays them out."""
+    return [
+        write_verl_file(path, entry(name).data_source, split)
+        for name in names
+        for split, path in entry(name).files(Path(root) / out_dir).items()
+    ]

@@ -4,6 +4,7 @@ stop a launch before anything is written, naming the arm's file:line."""
 from __future__ import annotations
 
 import pytest
+from prepared_data import write_verl_file
 
 from cancelctl.errors import SpecError
 from cancelctl.launch import launch_sweep, preflight
@@ -29,6 +30,9 @@ VERL_BASE = """\
 
 def test_verl_refuses_what_it_cannot_run_yet_before_anything_is_written(write_yaml, tmp_path, monkeypatch):
     path = write_yaml(SWEEP.format(backend="verl", extra=VERL_BASE))
+    monkeypatch.chdir(tmp_path)  # the data files, read before anything is written
+    for name in ("train.parquet", "val.parquet"):
+        write_verl_file(tmp_path / name, "openai/gsm8k")
     sweep = load_sweep(path, allow_unmatched=True)
     # every loss runs on verl today (dfpo gets its group ids): the verl hook refuses nothing ...
     assert len(launch_sweep(sweep, workdir=tmp_path / "ok", dry_run=True).submitted) == 4
