@@ -51,7 +51,6 @@ import contextvars
 import functools
 import importlib
 import itertools
-import os
 import sys
 from typing import Any
 
@@ -73,10 +72,10 @@ from losses.metrics import (
 from losses.catalog import needs_groups
 from losses.compose import WrapperOptions, wrap_loss
 from losses.registry import get, names, row_weights
+from losses.verl_entry_point import PluginNotActive, assert_declared
 from losses.weights import DeviceGenerators, LossFn
 
 PREFIX = "cancel_"
-ENTRY_POINT = ("cancelctl", "losses.verl_plugin")  # pyproject [project.entry-points."verl.plugins"]
 MONITOR_P_LOW = 0.1  # π_low of the hacking/J monitor [H eq. 23]
 # verl modules that bind `ppo_loss` by name (notes/verl-inside.md §1): patched when already imported;
 # imported later, they bind the wrapper from verl.workers.utils.losses.
@@ -186,32 +185,13 @@ def wrapper_installed() -> bool:
     )
 
 
-class PluginNotActive(RuntimeError):
-    """The cancel_* losses or the group-aware ppo_loss are missing from verl in this process."""
-
-
 def assert_active(loss_names: list[str] | None = None) -> None:
-    """Before training: `import verl` must have loaded this plugin through its entry point, installed
-    the group-aware ppo_loss and registered every `cancel_*` loss (verl logs a plugin that fails to
-    import only at DEBUG, verl/__init__.py:73-76). Raises PluginNotActive with the fix."""
+    """`import verl` must have loaded this plugin through its entry point, installed the group-aware
+    ppo_loss and registered every `cancel_*` loss (verl logs a plugin that fails to import only at
+    DEBUG, verl/__init__.py:73-76). Raises PluginNotActive with the fix."""
     import verl  # noqa: F401  (runs verl's plugin discovery if nothing has yet)
 
-    from importlib.metadata import entry_points
-
-    policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
-    allowed = policy == "auto" or ENTRY_POINT[0] in {p.strip() for p in policy.split(",")}
-    if not allowed:
-        raise PluginNotActive(
-            f"verl will not load the cancelctl loss plugin because VERL_USE_EXTERNAL_PLUGINS={policy!r}; "
-            f"fix: unset it or include '{ENTRY_POINT[0]}'."
-        )
-    declared = [ep.value for ep in entry_points(group="verl.plugins") if ep.name == ENTRY_POINT[0]]
-    if declared != [ENTRY_POINT[1]]:
-        raise PluginNotActive(
-            f"the verl.plugins entry point '{ENTRY_POINT[0]} = {ENTRY_POINT[1]}' is not installed "
-            f"(found {declared}), so verl's workers would not see the cancel_* losses; "
-            "fix: pip install -e . (or pip install cancelctl) in the job's environment."
-        )
+    assert_declared()
     if not wrapper_installed():
         raise PluginNotActive(
             "verl's ppo_loss is not wrapped by losses.verl_plugin in this process, so the cancel_* losses "

@@ -21,10 +21,11 @@ The spec's monitor rules (`cancelctl.jobs.monitor.RunMonitor`) see every forward
 alerts go to alerts.jsonl, and a `stop` rule ends verl (its checkpoints under `checkpoints/` kept)
 and returns normally, so the job records the run as stopped.
 
-Before verl starts, `losses.verl_plugin.assert_active()` checks in this process (same environment as
-verl's driver and workers) that verl loads the loss plugin and its group-aware ppo_loss: verl logs a
-plugin that fails to import only at DEBUG, and the run would then fail (or train without group ids)
-deep inside a worker.
+Before verl starts, `check_loss_plugin` checks in this process (same environment as verl's driver and
+workers) that verl will load the loss plugin (its entry point, VERL_USE_EXTERNAL_PLUGINS), without
+importing verl. If verl then fails, `inactive_plugin` imports verl here to tell whether the plugin
+itself failed to load — verl logs that only at DEBUG, and the run fails (or would train without
+group ids) deep inside a worker — and says so instead of the worker's error.
 
 Multi-node runs (`cluster.nodes > 1`): `cancelctl.jobs` has already formed the allocation's Ray cluster
 (`cancelctl.jobs.raycluster`: head on rank 0, every node joined, RAY_ADDRESS exported) before this runs on
@@ -165,7 +166,7 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
         while not preemption.pending() and time.monotonic() < deadline:
             time.sleep(0.05)
         preemption.at_step_boundary(lambda: None)
-        cause = root_exception(stderr.lines)
+        cause = inactive_plugin() or root_exception(stderr.lines)
         raise RuntimeError(
             f"verl exited with status {proc.returncode}" + (f": {cause}" if cause else "")
             + f" (run {run.name}; log: job stderr)"
@@ -252,13 +253,33 @@ def resume_overrides(checkpoints: Path, logged: int) -> list[str]:
 
 
 def check_loss_plugin() -> None:
-    """Fail before training, in one sentence with the fix, if verl would run without our losses."""
-    from losses.verl_plugin import PluginNotActive, assert_active  # imports verl (~11 s): job-side only
+    """Fail before verl starts, in one sentence with the fix, if verl would not load our losses (its
+    entry point missing, or VERL_USE_EXTERNAL_PLUGINS excluding it). Checked without importing verl:
+    that costs ~11 CPU-s, once more per run than verl's own processes pay."""
+    from losses.verl_entry_point import PluginNotActive, assert_declared
 
+    try:
+        assert_declared()
+    except PluginNotActive as exc:
+        raise RuntimeError(f"verl cannot run the cancel_* losses: {exc}") from None
+
+
+def inactive_plugin() -> str | None:
+    """After verl failed: whether the plugin failed to load in verl (verl logs that only at DEBUG, and
+    then fails on an unknown cancel_* loss or trains dfpo without group ids), as the sentence to show."""
+    try:
+        import verl  # noqa: F401  (~11 s: only on this path)
+    except ImportError:
+        return None  # verl itself is missing: its own error says so
+    try:
+        from losses.verl_plugin import PluginNotActive, assert_active
+    except Exception as exc:  # noqa: BLE001 — what verl's plugin loader met and logged at DEBUG
+        return f"verl cannot run the cancel_* losses: importing losses.verl_plugin fails ({type(exc).__name__}: {exc})"
     try:
         assert_active()
     except PluginNotActive as exc:
-        raise RuntimeError(f"verl cannot run the cancel_* losses: {exc}") from None
+        return f"verl cannot run the cancel_* losses: {exc}"
+    return None
 
 
 def spec_key(key: str) -> str:

@@ -57,7 +57,8 @@ def fake_verl(tmp_path, monkeypatch):
     script.write_text(FAKE_VERL)
     monkeypatch.setattr(render, "VERL_ENTRY", [sys.executable, str(script)])
     monkeypatch.setattr(entry, "POLL_SECONDS", 0.05)
-    monkeypatch.setattr(entry, "check_loss_plugin", lambda: None)  # imports verl: its own tests below
+    monkeypatch.setattr(entry, "check_loss_plugin", lambda: None)  # its own tests below
+    monkeypatch.setattr(entry, "inactive_plugin", lambda: None)  # imports verl: its own tests below
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     return run_dir
@@ -256,13 +257,29 @@ def test_train_checks_the_loss_plugin_before_starting_verl(make_run, fake_verl, 
     assert not (fake_verl / "argv.json").exists()  # verl never started
 
 
-@pytest.mark.verl
-def test_check_loss_plugin_is_one_sentence_with_the_fix(monkeypatch):
-    pytest.importorskip("verl")
-    entry.check_loss_plugin()  # installed: passes
+def test_check_loss_plugin_is_one_sentence_with_the_fix_and_imports_no_verl(monkeypatch):
+    check = "from cancelctl.backends.verl import entry; import sys; entry.check_loss_plugin(); print('verl' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout.strip() == "False"
     monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
     with pytest.raises(RuntimeError, match=r"^verl cannot run the cancel_\* losses: .*; fix: "):
         entry.check_loss_plugin()
+
+
+def test_a_verl_failure_from_an_inactive_plugin_says_so_instead_of_the_workers_error(make_run, fake_verl, monkeypatch):
+    monkeypatch.setattr(entry, "inactive_plugin", lambda: "verl cannot run the cancel_* losses: ...; fix: pip install -e .")
+    monkeypatch.setenv("FAKE_VERL_EXIT", "3")
+    with pytest.raises(RuntimeError, match=r"verl exited with status 3: verl cannot run the cancel_\* losses: .*fix"):
+        train(make_run(), fake_verl, ListLogger())
+
+
+@pytest.mark.verl
+def test_inactive_plugin_tells_a_plugin_verl_did_not_load(monkeypatch):
+    pytest.importorskip("verl")
+    assert entry.inactive_plugin() is None  # installed and loaded
+    from losses import verl_plugin
+
+    monkeypatch.setattr(verl_plugin, "wrapper_installed", lambda: False)
+    assert "ppo_loss is not wrapped" in entry.inactive_plugin()
 
 
 def test_spec_keys_are_unprefixed_others_kept():
