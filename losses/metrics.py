@@ -69,14 +69,26 @@ def _index(group_ids: torch.Tensor | GroupIndex) -> GroupIndex:
     return group_ids if isinstance(group_ids, GroupIndex) else group_index(group_ids)
 
 
+def live_groups(advantages: torch.Tensor, index: GroupIndex) -> torch.Tensor:
+    """[K] bool: the groups with at least one non-zero Â. A group whose Â are all 0 carries no gradient
+    (and min_replace leaves its weights as they are), so the SPEC's group means leave it out."""
+    return group_sum((advantages.detach() != 0).to(torch.float64), index) > 0
+
+
+def _mean_over_live(per_group: torch.Tensor, advantages: torch.Tensor, index: GroupIndex) -> torch.Tensor:
+    live = live_groups(advantages, index)
+    return per_group[live].mean() if bool(live.any()) else per_group.new_zeros(())
+
+
 def group_asymmetry(
     weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor | GroupIndex
 ) -> torch.Tensor:
-    """Mean over groups of Var_i(w_i Â_i) [D eq. 23] (population variance over the group's rows)."""
+    """Mean over the live groups (`live_groups`) of Var_i(w_i Â_i) [D eq. 23] (population variance
+    over the group's rows; SPEC `dfpo/asym`)."""
     index = _index(group_ids)
     x = weights.detach().to(torch.float64) * advantages.detach().to(torch.float64)
     centred = x - group_mean(x, index)[index.inverse]
-    return group_mean(centred * centred, index).mean()
+    return _mean_over_live(group_mean(centred * centred, index), advantages, index)
 
 
 def ortho_residual(
@@ -91,7 +103,8 @@ def ortho_residual(
 def weight_dispersion(
     weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor | GroupIndex
 ) -> torch.Tensor:
-    """Mean over groups of std_i(w_i) / |mean_i(w_i)| (population std; SPEC `dfpo/weight_dispersion`).
+    """Mean over the live groups (`live_groups`) of std_i(w_i) / |mean_i(w_i)| (population std; SPEC
+    `dfpo/weight_dispersion`): exactly 0 under min_replace, which gives each live group one weight.
 
     Beside `group_asymmetry`: with w constant in a group, Var_i(w Â_i) = w²·Var(Â), so [D eq. 23] as
     printed barely separates min-replace from GSPO; the paper's argument is about the dispersion of w.
@@ -102,7 +115,7 @@ def weight_dispersion(
     centred = w - mean[index.inverse]
     std = group_mean(centred * centred, index).sqrt()
     ratio = torch.where(mean != 0, std / torch.where(mean != 0, mean.abs(), 1.0), 0.0)
-    return ratio.mean()
+    return _mean_over_live(ratio, advantages, index)
 
 
 def frequency_buckets(

@@ -53,6 +53,8 @@ def plan(
     allow_unmatched: bool = typer.Option(False, help="Accept arms that are not compute-matched."),
 ) -> None:
     """List the runs a sweep expands to, with stable run ids and planned compute."""
+    from cancelctl.spec.batching import minibatch_order, minibatch_order_note
+
     sweep = load_or_exit(path, allow_unmatched)
     if as_json:
         rows = [
@@ -67,6 +69,8 @@ def plan(
                 "executor": r.spec.executor,
                 "clip_low": r.spec.algorithm.clip_low,
                 "clip_high": r.spec.algorithm.clip_high,
+                "batching": r.spec.batching.strategy,
+                "minibatch_order": minibatch_order(r.spec),  # what the update does, the same on every backend
                 **{f"planned_{k}": v for k, v in r.planned_compute().items()},
             }
             for r in sweep.runs
@@ -75,7 +79,8 @@ def plan(
         return
     axes = list(sweep.runs[0].axes) if sweep.runs else []
     table = Table(title=f"{sweep.name}: {len(sweep.runs)} runs", title_justify="left", box=None, pad_edge=False)
-    for col in ["name", "arm", *(a.rsplit(".", 1)[-1] for a in axes), "seed", "run_id", "backend", "executor", "loss", "clip"]:
+    for col in ["name", "arm", *(a.rsplit(".", 1)[-1] for a in axes), "seed", "run_id", "backend", "executor", "loss", "clip",
+                "groups"]:
         table.add_column(col, no_wrap=True)
     table.add_column("gen tokens", no_wrap=True, justify="right")
     table.add_column("updates", no_wrap=True, justify="right")
@@ -84,7 +89,7 @@ def plan(
         table.add_row(
             r.name, r.arm, *[str(r.axes[a]) for a in axes], str(r.seed), r.run_id, r.spec.backend, r.spec.executor,
             r.spec.algorithm.loss, f"{r.spec.algorithm.clip_low:g}/{r.spec.algorithm.clip_high:g}",
-            _si(c["gen_tokens"]), f"{c['update_steps']:,}",
+            minibatch_order_note(r.spec), _si(c["gen_tokens"]), f"{c['update_steps']:,}",
         )
     console.print(table)
     for w in sweep.warnings:

@@ -257,6 +257,11 @@ class ExperimentSpec(Strict):
                 raise ValueError("backend verl needs data.train_files (parquet files of prompts)")
             if self.model.path.startswith("lab://"):
                 raise ValueError("backend verl needs model.path to be a HF model id or directory, not lab://")
+        if self.batching.strategy == "sign_split" and catalog.needs_groups(self.algorithm.loss):
+            raise ValueError(
+                f"batching.strategy sign_split puts a group's Â > 0 and Â < 0 rows in different mini-batches; "
+                f"{self.algorithm.loss} transforms the weights within each whole group (SPEC: DFPO 5): use another strategy"
+            )
         if self.backend == "lab" and not self.model.path.startswith("lab://"):
             raise ValueError("backend lab runs the built-in policy: model.path must be lab://tiny")
         return self

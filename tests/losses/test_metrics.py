@@ -10,6 +10,7 @@ import torch
 from scipy import stats
 
 import losses
+from losses.groups import group_index
 
 
 def test_mismatch_metrics_against_numpy_and_scipy():
@@ -65,3 +66,20 @@ def test_weight_dispersion_is_the_mean_over_groups_of_std_over_mean():
     assert weight_dispersion(5 * w, adv, gid).item() == pytest.approx(expected, rel=1e-12)
     assert group_asymmetry(w, adv, gid).item() > 0
     assert weight_dispersion(torch.full((8,), 0.7, dtype=torch.float64), adv, gid).item() == 0.0
+
+
+def test_groups_whose_advantages_are_all_zero_are_left_out():
+    """SPEC: both group means run over the groups with a non-zero Â. A dead group keeps whatever
+    weights it had (min_replace transforms nothing there): counting it would read > 0 under min_replace."""
+    from losses.metrics import group_asymmetry, live_groups, weight_dispersion
+    from losses.transforms import transform
+
+    s = torch.tensor([1.0, 3.0, 2.0, 2.0, 0.9, 1.1, 1.3, 0.7], dtype=torch.float64)  # raw sequence weights
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64)  # group 1 dead
+    gid = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    assert live_groups(adv, group_index(gid)).tolist() == [True, False]
+    w = transform("min_replace", s, adv, gid)
+    assert weight_dispersion(w, adv, gid).item() == 0.0  # exactly: one weight in the one live group
+    assert weight_dispersion(s, adv, gid).item() == pytest.approx(math.sqrt(0.5) / 2.0, rel=1e-12)  # group 0 only
+    assert group_asymmetry(s, adv, gid).item() == pytest.approx(group_asymmetry(s[:4], adv[:4], gid[:4]).item())
+    assert weight_dispersion(s, torch.zeros(8, dtype=torch.float64), gid).item() == 0.0  # no live group: 0

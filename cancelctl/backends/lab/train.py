@@ -25,6 +25,7 @@ import torch
 import losses
 from cancelctl.backends.lab import checkpoint, warmstart
 from cancelctl.backends.lab.batching import RewardBalancedBuffer, holds_whole_groups, minibatches
+from cancelctl.spec.batching import minibatch_order
 from cancelctl.backends.lab.metrics import (
     STEP_KEYS,
     LogOddsProbe,
@@ -219,7 +220,7 @@ class LabRun:
         record = FirstEpoch(energy=torch.zeros_like(mask, dtype=torch.float64), weights=torch.ones(batch.size))
         passes: list[dict[str, float]] = []
         for epoch in range(alg.ppo_epochs):
-            for rows in minibatches(spec.batching.strategy, adv, batch.group_ids, rows_per_minibatch, shuffle):
+            for rows in minibatches(minibatch_order(spec), adv, batch.group_ids, rows_per_minibatch, shuffle):
                 passes.append(self.update(batch, rows, old_log_prob, ref_log_prob, record if epoch == 0 else None))
         self.progress.update_steps_cum += len(passes)
 

@@ -31,7 +31,7 @@ from cancelctl.backends.verl.overrides import ACTOR, ROLLOUT, OverrideSet
 from cancelctl.backends.verl.templates import Template
 from cancelctl.spec.experiment import ExperimentSpec
 from cancelctl.spec.run import RunSpec
-from losses.catalog import needs_groups
+from cancelctl.spec.batching import minibatch_order
 
 REWARD_BALANCED_SAMPLER_MODULE = "cancelctl.backends.verl.sampler"
 REWARD_BALANCED_SAMPLER_CLASS = "RewardBalancedReplayBuffer"
@@ -41,18 +41,8 @@ TRAINER_PLUGIN_MODULE = "cancelctl.backends.verl.plugin_trainer"
 VERL_PPO_MAX_TOKEN_LEN_PER_GPU = 16384  # verl 0.9.1's default for actor.ppo_max_token_len_per_gpu
 
 
-def batch_order(spec: ExperimentSpec) -> str:
-    """The order the cancelctl trainer gives each update batch: `default` (verl's), `query_preserved`
-    (whole groups per mini-batch, rank and micro-batch) or `sign_split`."""
-    if spec.batching.strategy == "sign_split":
-        return "sign_split"
-    if spec.batching.strategy == "query_preserved" or needs_groups(spec.algorithm.loss):
-        return "query_preserved"
-    return "default"
-
-
 def uses_query_preserving_layout(spec: ExperimentSpec) -> bool:
-    return batch_order(spec) == "query_preserved"
+    return minibatch_order(spec) == "query_preserved"
 
 
 def group_aligned_micro_batch(spec: ExperimentSpec) -> int:
@@ -68,14 +58,7 @@ def group_aligned_micro_batch(spec: ExperimentSpec) -> int:
 def apply_batch_layout(run: RunSpec, template: Template, out: OverrideSet) -> None:
     spec = run.spec
     micro = spec.algorithm.micro_batch_size_per_gpu
-    order = batch_order(spec)
-    if order == "sign_split" and needs_groups(spec.algorithm.loss):
-        raise VerlRenderError(
-            run,
-            "batching.strategy",
-            f"{spec.algorithm.loss} transforms weights within each whole group (SPEC: DFPO 5); sign_split puts a "
-            "group's positive and negative rows in different mini-batches by design. Use another strategy.",
-        )
+    order = minibatch_order(spec)
     if spec.batching.strategy != "default":
         out.set("trainer.use_v1", True)
     if spec.batching.strategy == "reward_balanced":

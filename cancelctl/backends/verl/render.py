@@ -17,12 +17,12 @@ import shlex
 from pathlib import Path
 
 from cancelctl.backends.verl.data_files import scored_by_cancelctl
+from cancelctl.spec.batching import minibatch_order
 from cancelctl.backends.verl.errors import VerlRenderError
 from cancelctl.backends.verl.layout import (
     TRAINER_MODE,
     TRAINER_PLUGIN_MODULE,
     apply_batch_layout,
-    batch_order,
     ranks_per_node,
     training_ranks,
 )
@@ -129,7 +129,7 @@ def launch_blockers(run: RunSpec) -> list[str]:
     if _missing(LOSS_PLUGIN_MODULE):
         loss = loss_mode(run.spec.algorithm.loss)
         blockers.append(f"{LOSS_PLUGIN_MODULE} (registers {loss} in verl) is not installed")
-    if batch_order(run.spec) != "default" and _missing(TRAINER_PLUGIN_MODULE):
+    if minibatch_order(run.spec) != "default" and _missing(TRAINER_PLUGIN_MODULE):
         blockers.append(f"{TRAINER_PLUGIN_MODULE} (registers trainer_mode {TRAINER_MODE} in verl) is not installed")
     return blockers + unsupported_on_verl(run)
 

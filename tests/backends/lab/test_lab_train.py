@@ -46,14 +46,16 @@ def test_every_spec_key_at_every_step(strategy, tmp_path, warm_cache):
 
 
 def test_dfpo_runs_on_whole_groups_whatever_the_batching(tmp_path, warm_cache):
-    """default batching splits groups across mini-batches; DFPO still transforms whole groups."""
-    for strategy in ("default", "query_preserved", "sign_split"):
+    """DFPO gets whole groups per mini-batch under default batching too (as on verl:
+    cancelctl.spec.batching), so each live group's rows share one weight exactly."""
+    for strategy in ("default", "query_preserved", "reward_balanced"):
         run = lab_run(
             {"algorithm": {"loss": "dfpo", "clip_low": 3e-4, "clip_high": 4e-4}, "batching": {"strategy": strategy}}
         )
         final, logger = run_lab(run, tmp_path / strategy, warm_cache)
         for step in (1, 2, 3, 4):
             assert logger.steps()[step]["dfpo/ortho_residual"] < 1e-6
+            assert logger.steps()[step]["dfpo/weight_dispersion"] == 0.0, strategy  # min_replace: one weight per live group
 
 
 def test_gspo_weights_are_not_orthogonal(tmp_path, warm_cache):
@@ -62,6 +64,7 @@ def test_gspo_weights_are_not_orthogonal(tmp_path, warm_cache):
     )
     _, logger = run_lab(run, tmp_path, warm_cache)
     assert max(m["dfpo/ortho_residual"] for s, m in logger.steps().items() if s) > 1e-6
+    assert max(m["dfpo/weight_dispersion"] for s, m in logger.steps().items() if s) > 0  # weights vary in a group
 
 
 def test_mismatch_is_real_in_bf16_and_exactly_zero_in_fp32(tmp_path, warm_cache):

@@ -28,6 +28,7 @@ from transfer_queue import KVBatchMeta  # noqa: E402
 import cancelctl.backends.verl.plugin_trainer  # noqa: E402,F401  (what the verl.plugins entry point loads)
 from cancelctl.backends.verl import compose_run  # noqa: E402
 from cancelctl.backends.verl.compute import ComputeAccount  # noqa: E402
+from cancelctl.backends.verl.render import render_overrides  # noqa: E402
 from cancelctl.backends.verl.sampler import RewardBalancedReplayBuffer  # noqa: E402
 from cancelctl.backends.verl.trainer import CancelctlTrainer, advantage_signs  # noqa: E402
 from verl.protocol import BatchData  # noqa: E402
@@ -401,3 +402,68 @@ def test_reward_balanced_without_streamed_rewards_says_what_it_needs(make_run, s
     monkeypatch.setattr(tq, "kv_batch_get", no_scores)
     with pytest.raises(RuntimeError, match="rule-based reward"):
         buffer.sample(global_steps=1, partition_id="train", batch_size=4)
+
+
+# ------------------------------------------------------------------ one meaning on the lab and on verl
+
+SAME_SPEC = f"""\
+name: same
+base:
+  backend: {{backend}}
+  model: {{{{path: {{model}}}}}}
+  data: {{{{train_files: [train.parquet]}}}}
+  rollout: {{{{G: {G}}}}}
+  budget: {{{{prompts_per_step: {PROMPTS}}}}}
+  algorithm: {{{{mini_batch_size: {MINI_PROMPTS}}}}}
+  cluster: {{{{gpus_per_node: {DP}}}}}
+arms:
+  dfpo: {{{{algorithm: {{{{loss: dfpo}}}}}}}}
+  grpo: {{{{algorithm: {{{{loss: grpo}}}}}}}}
+"""
+
+
+def lab_minibatch_groups(run, seed: int = 0) -> list[set[str]]:
+    """The groups of each mini-batch of one lab update on the same G x PROMPTS batch."""
+    from cancelctl.backends.lab.batching import minibatches
+    from cancelctl.spec.batching import minibatch_order
+
+    group_ids = torch.arange(PROMPTS).repeat_interleave(G)
+    advantages = torch.randn(PROMPTS * G, generator=torch.Generator().manual_seed(seed))
+    g = torch.Generator().manual_seed(seed)
+    return [
+        {f"u{int(i):03d}x" for i in group_ids[rows]}
+        for rows in minibatches(minibatch_order(run.spec), advantages, group_ids, MINI_PROMPTS * G, g)
+    ]
+
+
+def verl_minibatch_groups(run) -> list[set[str]]:
+    """The groups of each mini-batch (all ranks) of verl's update, in the trainer the renderer picks."""
+    rendered = dict(line.split("=", 1) for line in render_overrides(run))
+    order = rendered.get("+trainer.v1.cancelctl.batching", "default")
+    meta, data = v1_batch(random_groups())
+    trainer = trainer_for(order)
+    out = trainer._balance_batch(meta, {}) if order != "default" else PPOTrainer._balance_batch(trainer, meta, {})
+    minis: dict[int, set[str]] = {}
+    for (rank, k, m), uids in slots_through_verl(out, data, update_info(trainer, out), dynamic=False).items():
+        minis.setdefault(k, set()).update(uids)
+    return [minis[k] for k in sorted(minis)]
+
+
+def test_a_dfpo_spec_has_whole_groups_per_minibatch_on_the_lab_and_on_verl_under_default_batching(write_yaml):
+    """`batching: default` with dfpo: every group in exactly one mini-batch on both backends, the same
+    number of mini-batches of the same number of groups; grpo stays scattered on both."""
+    from cancelctl.spec.expand import load_sweep
+
+    def runs(backend: str):
+        model = "lab://tiny" if backend == "lab" else "Qwen/Qwen2.5-0.5B"
+        path = write_yaml(SAME_SPEC.format(backend=backend, model=model), name=f"{backend}.yaml")
+        return {r.arm: r for r in load_sweep(path, allow_unmatched=True).runs}
+
+    lab, verl = runs("lab"), runs("verl")
+    for arm, whole in (("dfpo", True), ("grpo", False)):
+        sides = {"lab": lab_minibatch_groups(lab[arm]), "verl": verl_minibatch_groups(verl[arm])}
+        for side, minibatches in sides.items():
+            members = Counter(uid for groups in minibatches for uid in groups)  # mini-batches holding each group
+            assert (set(members.values()) == {1}) == whole, (arm, side, members)
+            if whole:
+                assert len(minibatches) == PROMPTS // MINI_PROMPTS and {len(g) for g in minibatches} == {MINI_PROMPTS}

@@ -169,11 +169,6 @@ def test_sign_split_renders_the_cancelctl_trainer(make_run):
     assert o["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "2"  # rows, not groups (G 4): no rounding
 
 
-def test_sign_split_dfpo_is_refused(make_run):
-    with pytest.raises(VerlRenderError, match="sign_split puts a group's positive and negative rows"):
-        render_overrides(make_run("{batching: {strategy: sign_split}, algorithm: {loss: dfpo}}"))
-
-
 def test_wrapper_options(make_run):
     run = make_run("{algorithm: {inject_delta: {delta: 1.2}, inject_noise: {sigma: 0.2}, probe: negative_only}}")
     o = as_dict(render_overrides(run))
