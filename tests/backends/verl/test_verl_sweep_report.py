@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 import yaml
+from prepared_data import write_stand_ins
 from verl_helpers import EXPERIMENTS
 
 from cancelctl.backends.verl import entry, render
@@ -53,8 +54,11 @@ STAND_IN = textwrap.dedent(
 
 
 @pytest.fixture
-def small_group_size_sweep(tmp_path):
-    """experiments/group-size.yaml with a budget a stand-in runs in a blink (same arms, G axis, seeds)."""
+def small_group_size_sweep(tmp_path, monkeypatch):
+    """experiments/group-size.yaml with a budget a stand-in runs in a blink (same arms, G axis, seeds),
+    run from a directory holding its data (stand-ins for `cancelctl data prepare dapo-math-17k aime25`)."""
+    monkeypatch.chdir(tmp_path)
+    write_stand_ins(["dapo-math-17k", "aime25"], tmp_path)
     spec = yaml.safe_load((EXPERIMENTS / "group-size.yaml").read_text())
     spec["name"] = "group-size-mini"
     spec["base"]["budget"]["steps"] = 60
