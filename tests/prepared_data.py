@@ -38,3 +38,19 @@ def write_stand_ins(names: list[str], root: Path, out_dir: Path | str = DEFAULT_
         for name in names
         for split, path in entry(name).files(Path(root) / out_dir).items()
     ]
+
+
+def experiment_datasets() -> list[str]:
+    """Every dataset the shipped verl experiments name (by the paths `data prepare` writes)."""
+    from project_paths import EXPERIMENTS
+
+    from cancelctl.backends.verl.data_files import data_files
+    from cancelctl.data.layout import dataset_for_path
+    from cancelctl.spec.expand import load_sweep
+
+    names = {}
+    for path in sorted(EXPERIMENTS.glob("*.yaml")):
+        for run in load_sweep(path, allow_unmatched=True).runs:
+            if run.spec.backend == "verl":
+                names.update(dict.fromkeys(found[0] for f in data_files(run.spec) if (found := dataset_for_path(f))))
+    return list(names)

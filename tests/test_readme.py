@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from prepared_data import write_stand_ins
+from prepared_data import experiment_datasets, write_stand_ins
 from project_paths import ROOT
 from slurm_gate import cluster_problem
 from typer.testing import CliRunner
@@ -118,7 +118,7 @@ def project(tmp_path_factory, monkeypatch_module):
     for name in ("experiments", "schema"):
         shutil.copytree(ROOT / name, root / name)
     # the data the verl experiments name, as `cancelctl data prepare` would write it (no download)
-    write_stand_ins(["dapo-math-17k", "math500", "aime24", "aime25", "amc23", "olympiadbench"], root)
+    write_stand_ins(experiment_datasets(), root)
     monkeypatch_module.chdir(root)
     monkeypatch_module.setenv("CANCELCTL_WORKDIR", str(root / ".cancelctl"))
     monkeypatch_module.delenv("MLFLOW_TRACKING_URI", raising=False)

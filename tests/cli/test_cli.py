@@ -5,7 +5,7 @@ import json
 import jsonschema
 import pytest
 import yaml
-from prepared_data import write_stand_ins
+from prepared_data import experiment_datasets, write_stand_ins
 from project_paths import EXPERIMENTS
 from typer.testing import CliRunner
 
@@ -95,7 +95,7 @@ def test_validate_composes_every_verl_spec_against_verl(tmp_path, monkeypatch):
     if not verl_available():
         pytest.skip("verl not installed (pip install 'cancelctl[verl]')")
     monkeypatch.chdir(tmp_path)  # the experiments' data, as `cancelctl data prepare` writes it here
-    write_stand_ins(EXPERIMENT_DATA, tmp_path)
+    write_stand_ins(experiment_datasets(), tmp_path)
     result = runner.invoke(app, ["validate", *map(str, ALL_SPECS)])
     assert result.exit_code == 0, result.output
     assert "verl config composed" in result.output and "skipped" not in result.output
@@ -110,14 +110,13 @@ def test_render_verl_run_prints_shell_safe_command():
     assert "actor_rollout_ref.actor.policy_loss.loss_mode=cancel_gspo" in result.output
 
 
-EXPERIMENT_DATA = ["dapo-math-17k", "math500", "aime24", "aime25", "amc23", "olympiadbench"]
 
 
 @pytest.fixture
 def experiment_data(tmp_path, monkeypatch):
     """Run from a directory holding the data the verl experiments name (stand-ins for `data prepare`)."""
     here = tmp_path / "project"
-    write_stand_ins(EXPERIMENT_DATA, here)
+    write_stand_ins(experiment_datasets(), here)
     monkeypatch.chdir(here)
     return here
 

@@ -119,3 +119,24 @@ def test_verls_own_loader_finds_cancelctls_reward_by_package():
     score = get_custom_reward_fn(config)
     assert score(data_source="math-ai/aime25", solution_str="so $\\boxed{70}$", ground_truth="70", extra_info={}) == 1.0
     assert score(data_source="math-ai/aime25", solution_str="so $\\boxed{71}$", ground_truth="70", extra_info={}) == 0.0
+
+
+def test_every_verl_experiment_names_data_that_data_prepare_makes_and_says_how():
+    """Specs that run as shipped: each data file is one `cancelctl data prepare` writes, and the
+    file's `# Data:` line is the command that makes exactly those datasets."""
+    from cancelctl.data.layout import dataset_for_path
+
+    checked = 0
+    for path in sorted(EXPERIMENTS.glob("*.yaml")):
+        runs = [r for r in load_sweep(path, allow_unmatched=True).runs if r.spec.backend == "verl"]
+        if not runs:
+            continue
+        files = {f for run in runs for f in [*run.spec.data.train_files, *run.spec.data.val_files]}
+        made = {f: dataset_for_path(f) for f in files}
+        assert all(made.values()), (path.name, [f for f, m in made.items() if m is None])
+        (line,) = [line for line in path.read_text().splitlines() if line.startswith("# Data:")]
+        command = line.split("`")[1].split()
+        assert command[:3] == ["cancelctl", "data", "prepare"], (path.name, line)
+        assert set(command[3:]) == {m[0] for m in made.values()}, (path.name, line)
+        checked += 1
+    assert checked == 6
