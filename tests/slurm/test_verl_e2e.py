@@ -260,7 +260,8 @@ def test_a_verl_sweep_trains_on_real_main_ppo_under_slurm_requeues_cancels_and_r
             assert versions == list(range(1, steps + 2)), (arm, versions)  # the initial sync, then one per step
     dfpo = history["dfpo"]
     # whole groups: min_replace gives each group one weight, so Σ_i Â_i s̃_i = s̃ Σ_i Â_i = 0 in every group
-    # (dfpo/weight_dispersion is not 0: groups whose Â are all 0 keep their weights, losses/transforms.py)
+    # and dfpo/weight_dispersion, over the groups with a non-zero Â (SPEC), is 0 (also asserted on
+    # verl's real actor update: tests/backends/verl/test_verl_actor.py)
     assert max(dfpo["dfpo/ortho_residual"].values()) < 1e-5
     assert all(v == 0 for v in dfpo["batching/split_groups"].values())
     assert max(history["gspo"]["dfpo/weight_dispersion"].values()) > 0  # GSPO's weights vary in a group
