@@ -76,12 +76,12 @@ def job_overrides(run: RunSpec, run_dir: Path, launch_dir: Path | None = None) -
     """verl's overrides in the job. verl runs in the run folder, so relative data and reward paths
     are made absolute against `launch_dir` (where `cancelctl sweep` ran; run.json keeps it)."""
     overrides = render_override_set(run)
-    if launch_dir is not None:
-        data = run.spec.data
-        overrides.set("data.train_files", [absolute(f, launch_dir) for f in data.train_files])
-        overrides.set("data.val_files", [absolute(f, launch_dir) for f in data.val_files or data.train_files])
-        if data.reward_function:
-            overrides.set("reward.custom_reward_function.path", absolute(data.reward_function.partition(":")[0], launch_dir))
+    if launch_dir is not None:  # the renderer's own values, made absolute (pkg:// paths stay as they are)
+        for key in ("data.train_files", "data.val_files"):
+            overrides.set(key, [absolute(f, launch_dir) for f in overrides.settings[key].value])
+        reward = overrides.settings.get("reward.custom_reward_function.path")
+        if reward is not None:
+            overrides.set(reward.key, absolute(reward.value, launch_dir))
     overrides.set("trainer.logger", ["console", "file"])
     overrides.set("trainer.default_local_dir", str(run_dir / "checkpoints"))
     overrides.set("hydra.run.dir", str(run_dir / "hydra"))
