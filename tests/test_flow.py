@@ -23,11 +23,11 @@ PACKAGES = ("cancelctl", "losses")
 # What runs jobs, stores their results or reports them: the user's side (the spec wing) imports none.
 RUNS_JOBS = ("cancelctl.executors", "cancelctl.launch", "cancelctl.jobs", "cancelctl.backends", "cancelctl.tracking",
              "cancelctl.report", "cancelctl.stats", "cancelctl.cli", "cancelctl.bench", "cancelctl.workdir",
-             "cancelctl.manifest", "cancelctl.runstate", "cancelctl.fileio")
+             "cancelctl.manifest", "cancelctl.runstate", "cancelctl.fileio", "cancelctl.smoke")
 # Project modules that read or write files, stores or processes: the statistics import none.
 DOES_IO = ("cancelctl.tracking", "cancelctl.workdir", "cancelctl.fileio", "cancelctl.manifest", "cancelctl.launch",
            "cancelctl.executors", "cancelctl.jobs", "cancelctl.backends", "cancelctl.report", "cancelctl.cli",
-           "cancelctl.bench")
+           "cancelctl.bench", "cancelctl.smoke")
 
 # (importer prefix, imported prefix, why): a module under the first may not import one under the second.
 FORBIDDEN = [
@@ -40,6 +40,9 @@ FORBIDDEN = [
     ("cancelctl.jobs", "cancelctl.cli", "the job side never imports the CLI"),
     ("cancelctl.jobs", "cancelctl.report", "the job side never imports the report"),
     ("cancelctl.jobs", "cancelctl.launch", "the job side never imports the launcher"),
+    ("cancelctl.jobs", "cancelctl.smoke", "the job side never imports the smoke (a smoke runs ordinary jobs)"),
+    ("cancelctl.backends", "cancelctl.smoke", "backends never import the smoke, which drives them"),
+    ("cancelctl.smoke", "cancelctl.cli", "the smoke is a library call; the CLI prints it"),
     *[("cancelctl.spec", wing, "the spec wing imports nothing that runs jobs") for wing in RUNS_JOBS],
     *[("cancelctl.stats", wing, "the statistics do no I/O of their own") for wing in DOES_IO],
 ]

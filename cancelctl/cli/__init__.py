@@ -1,7 +1,7 @@
 """`cancelctl` command line: each verb is a thin function over a library call, in one module per group
 of verbs; this module makes the Typer app and registers them, in the order `cancelctl --help` lists them.
 
-    inspecting   validate, plan, schema, render          what a sweep file says (room for `smoke`)
+    inspecting   validate, plan, schema, render, smoke   what a sweep file says; `smoke` tries it on CPU
     running      sweep, watch, status, cancel            launch, follow, stop
     results      list, logs, ui, report, sync            what a work dir holds and what it found
     data         data list, data prepare                 a sub-app: datasets in verl's parquet format
@@ -52,7 +52,7 @@ def _main_options(
 # The verbs, in the order `cancelctl --help` lists them (a group's sub-app: `add_typer`).
 VERBS = (
     ("validate", inspecting.validate), ("plan", inspecting.plan), ("schema", inspecting.schema),
-    ("render", inspecting.render),
+    ("render", inspecting.render), ("smoke", inspecting.smoke),
     ("sweep", running.sweep), ("watch", running.watch_sweep), ("status", running.status), ("cancel", running.cancel),
     ("list", results.list_), ("logs", results.logs), ("ui", results.ui), ("report", results.report),
     ("sync", results.sync),

@@ -1,5 +1,6 @@
 """The inspecting verbs: `validate`, `plan`, `schema`, `render` — what a sweep file says and what it
-would launch; nothing is submitted or written to a work dir. (`smoke` belongs here too.)"""
+would launch, with nothing submitted or written to a work dir — and `smoke`, which runs every verl
+configuration for two steps on CPU (in the work dir's `smoke/`, never the sweep's own runs)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from cancelctl.cli.common import WorkdirOpt, console, err_console, fail, fail_input, load_or_exit, say, workdir_path
 from cancelctl.errors import ArgumentError, SpecError, WorkdirStateError
@@ -33,6 +35,11 @@ def validate(
             if len(paths) > 1 or not skip_verl else None
         report = validate_files(paths, allow_unmatched=allow_unmatched, compose_verl=not skip_verl, check_data=not skip_data,
                                 progress=plain)
+    _print_validation(report)
+    raise typer.Exit(0 if report.ok else 2)
+
+
+def _print_validation(report) -> None:
     for item in report.files:
         if item.ok:
             say(console, "ok  ", "green", f"{item.path}  ({item.n_runs} runs{item.note})")
@@ -44,7 +51,6 @@ def validate(
                 err_console.print(f"  ... and {len(item.lines) - 20} more", highlight=False)
     if report.verl_status:
         console.print(f"[dim]{report.verl_status}[/]", highlight=False)
-    raise typer.Exit(0 if report.ok else 2)
 
 
 def plan(
@@ -148,3 +154,52 @@ def render(
             fail(exc)
     else:
         typer.echo(json.dumps(target.to_json(), indent=2))
+
+
+def smoke(
+    path: Path = typer.Argument(..., help="Sweep file."),
+    executor: str = typer.Option("local", help="Where the smoke jobs run: local (this machine) or slurm."),
+    partition: Optional[str] = typer.Option(None, help="SLURM partition for the CPU smoke jobs (default: the spec's)."),
+    model: Optional[str] = typer.Option(
+        None, help="A folder (or cached hub id) whose config and tokenizer stand in for the specs' model.path."),
+    resume_each: bool = typer.Option(
+        False, help="Resume every configuration (default: one per checkpoint family: model, trainer, sampler)."),
+    workdir: Optional[Path] = WorkdirOpt,
+) -> None:
+    """Run every distinct verl configuration (arm x grid point, one seed) for two real training steps,
+    a checkpoint and a resume, on CPU with a tiny model of its family and the first rows of its data.
+    Exit 0 only when every configuration passes."""
+    from cancelctl.backends.validate import validate_files
+    from cancelctl.executors.registry import executor_names
+    from cancelctl.smoke import run_smoke
+
+    if executor not in executor_names():
+        fail_input(ArgumentError(f"--executor {executor!r}: one of {', '.join(executor_names())}"))
+    sweep = load_or_exit(path, allow_unmatched=True)  # compute matching is the sweep's business, not the smoke's
+    checked = validate_files([path], allow_unmatched=True, compose_verl=False)  # the data files, before any job
+    if not checked.ok:
+        _print_validation(checked)
+        raise typer.Exit(2)
+    with err_console.status("smoke") as spinner:
+        result = run_smoke(sweep, workdir=workdir_path(workdir), executor=executor, partition=partition, model=model,
+                           resume_each=resume_each,
+                           progress=lambda message: spinner.update(message))
+    _print_smoke(result)
+    raise typer.Exit(result.exit_code)
+
+
+def _print_smoke(result) -> None:
+    from cancelctl.smoke import OK
+
+    table = Table(title=f"{result.sweep}: smoke of {len(result.rows)} verl configurations", title_justify="left",
+                  box=None, pad_edge=False)
+    for col in ("configuration", "result", "seconds", "cause / note"):
+        table.add_column(col, no_wrap=col != "cause / note", overflow="fold")
+    for row in result.rows:
+        style = "green" if row.status == OK else "bold red"
+        table.add_row(row.configuration, f"[{style}]{row.status}[/]", f"{row.seconds:.0f}" if row.seconds else "-",
+                      Text(row.cause or row.note))
+    console.print(table)
+    if result.lab_runs:
+        console.print(f"[dim]{result.lab_runs} lab runs: nothing to smoke (the lab runs on this machine as it is)[/]")
+    console.print(f"[dim]{result.seconds:.0f} s in all; jobs and logs: {result.directory}[/]", highlight=False)

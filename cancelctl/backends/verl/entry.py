@@ -129,6 +129,8 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     # A requeued attempt: the previous one forwarded its lines already (its last pump runs on exit).
     (run_dir / VERL_METRICS).unlink(missing_ok=True)
     env = dict(os.environ, **render.job_env(run), **run_files_env(run, run_dir))
+    if run.spec.cluster.device == "cpu":  # submitit's local executor sets "" (no GPU): Ray then refuses the
+        env.pop("CUDA_VISIBLE_DEVICES", None)  # CPU runtime's one logical GPU, a placeholder bound to no device
     compute = ComputeAccount.from_run_dir(run, run_dir / METRICS_JSONL)  # earlier attempts' steps
     # verl resumes from a checkpoint at step k <= the last step logged (resume_overrides), and logs
     # k+1… again: the rules' windows are refilled from the steps logged, and the replayed steps are not forwarded

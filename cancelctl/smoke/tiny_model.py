@@ -1,0 +1,129 @@
+"""The smoke's model: a tiny random model of the user's architecture family, with the user's own
+tokenizer and chat template.
+
+What a smoke must catch lives in the model's *files* — the architecture verl and the CPU rollout
+load, the tokenizer that renders every prompt, its chat template and special tokens — not in the
+weights. So the model's config.json is read from disk or the Hugging Face cache (never the
+network), shrunk to two small layers, and saved with fresh random weights next to the tokenizer
+files, once per source (a content hash names the folder). The vocabulary keeps its size: the
+tokenizer's ids must stay valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+# Small files a model repo keeps its architecture and tokenizer in (what a smoke needs of it).
+CONFIG_FILE = "config.json"
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
+    "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", "generation_config.json",
+)
+# The shrunk sizes: two layers of width 64, whatever the family calls them.
+TINY_SIZES = {
+    "num_hidden_layers": 2, "n_layer": 2, "num_layers": 2,
+    "hidden_size": 64, "n_embd": 64, "d_model": 64,
+    "intermediate_size": 128, "n_inner": 128, "ffn_dim": 128,
+    "num_attention_heads": 4, "n_head": 4,
+    "num_key_value_heads": 2, "head_dim": 16,
+    "num_experts": 4, "num_local_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64,
+}
+
+
+class ModelSourceError(ValueError):
+    """The user's model files are not on this machine: the message says how to get them."""
+
+
+def model_source(path: str) -> Path:
+    """The folder holding `path`'s config.json and tokenizer: `path` itself when it is a local folder,
+    else its snapshot in the Hugging Face cache. Offline: nothing is downloaded."""
+    local = Path(path).expanduser()
+    if local.is_dir():
+        if not (local / CONFIG_FILE).is_file():
+            raise ModelSourceError(f"{local} has no {CONFIG_FILE}: not a Hugging Face model folder")
+        return local
+    try:
+        from huggingface_hub import snapshot_download
+
+        cached = Path(snapshot_download(path, allow_patterns=[CONFIG_FILE, *TOKENIZER_FILES], local_files_only=True))
+    except Exception as exc:  # noqa: BLE001 - not cached, a bad repo id, or hub not installed: one answer
+        raise ModelSourceError(
+            f"model {path!r} is neither a folder here nor in the Hugging Face cache ({type(exc).__name__}); fetch its "
+            f"small files once: `hf download {path} {CONFIG_FILE} tokenizer.json tokenizer_config.json`, or pass "
+            f"--model DIR (a folder with {CONFIG_FILE} and the tokenizer)"
+        ) from None
+    if not (cached / CONFIG_FILE).is_file():
+        raise ModelSourceError(f"the Hugging Face cache holds no {CONFIG_FILE} of {path!r}: `hf download {path} {CONFIG_FILE}`")
+    return cached
+
+
+def chat_template_problem(source: Path) -> str | None:
+    """Why verl could not render a chat prompt with this tokenizer, or None. verl applies the chat
+    template to every row's `prompt` (RLHFDataset), so a base model's tokenizer without one fails there."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except Exception as exc:  # noqa: BLE001 - the loader's own words are the cause
+        return f"tokenizer of {source} does not load: {type(exc).__name__}: {exc}".splitlines()[0]
+    if not getattr(tokenizer, "chat_template", None):
+        return (f"tokenizer of {source} has no chat template: verl renders every prompt with it "
+                f"(add one to tokenizer_config.json or chat_template.jinja, or use the instruct model's tokenizer)")
+    return None
+
+
+def source_hash(source: Path) -> str:
+    digest = hashlib.sha256()
+    for name in (CONFIG_FILE, *TOKENIZER_FILES):
+        file = source / name
+        if file.is_file():
+            digest.update(name.encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def tiny_config(config: dict) -> dict:
+    """`config` (a config.json) with every size it names set to TINY_SIZES; per-layer lists cut to two."""
+    tiny = dict(config)
+    for key, value in TINY_SIZES.items():
+        if key in tiny:
+            tiny[key] = value
+    for key, value in config.items():  # e.g. Qwen3's layer_types, one entry per layer
+        if isinstance(value, list) and len(value) == config.get("num_hidden_layers"):
+            tiny[key] = value[:2]
+    tiny.pop("quantization_config", None)
+    tiny["torch_dtype"] = tiny["dtype"] = "float32"
+    return tiny
+
+
+def tiny_model(source: Path, cache_dir: Path) -> Path:
+    """A folder with a tiny random model of `source`'s family and `source`'s tokenizer files (made once
+    per source under `cache_dir`; a half-written folder is never used)."""
+    out = Path(cache_dir) / f"tiny-{source_hash(source)}"
+    if (out / "model.safetensors").is_file():
+        return out
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    staging = out.with_name(out.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, staging / name)
+    config_dict = tiny_config(json.loads((source / CONFIG_FILE).read_text(encoding="utf-8")))
+    (staging / CONFIG_FILE).write_text(json.dumps(config_dict, indent=2), encoding="utf-8")
+    config = AutoConfig.from_pretrained(staging)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.save_pretrained(staging, safe_serialization=True)
+    for name in TOKENIZER_FILES:  # save_pretrained may rewrite generation_config.json: the source's wins
+        if (source / name).is_file():
+            shutil.copyfile(source / name, staging / name)
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    return out

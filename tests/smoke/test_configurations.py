@@ -1,0 +1,91 @@
+"""Which configurations a smoke runs and what it changes in them (no verl run here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cancelctl.smoke.configurations import distinct_configurations, smoke_run, smoke_sizes
+from cancelctl.smoke.runner import FAILED, OK, REFUSED, SmokeResult, SmokeRow, checkpoint_family
+from cancelctl.spec.expand import load_sweep
+
+BASE = {
+    "backend": "verl", "executor": "slurm",
+    "model": {"path": "Qwen/Qwen3-4B-Base"},
+    "data": {"train_files": ["data/dapo-math-17k/train.parquet"], "max_response_length": 4096},
+    "algorithm": {"mini_batch_size": 32},
+    "rollout": {"G": 8},
+    "budget": {"steps": 300, "prompts_per_step": 128},
+    "eval": {"every": 20, "k": 32},
+    "cluster": {"partition": "gpu", "gpus_per_node": 8, "nodes": 2},
+    "monitor": {"entropy_collapse": {"floor": 0.05, "window": 3}},
+}
+
+
+def sweep_of(tmp_path: Path, arms: dict, grid: dict | None = None, base: dict | None = None):
+    spec = {"name": "s", "base": {**BASE, **(base or {})}, "arms": arms, "grid": grid or {}, "seeds": [3, 4]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return load_sweep(path, allow_unmatched=True)
+
+
+def test_one_configuration_per_arm_and_grid_point_with_its_first_seed(tmp_path):
+    sweep = sweep_of(tmp_path, {"gspo": {"algorithm": {"loss": "gspo"}}, "dfpo": {"algorithm": {"loss": "dfpo"}}},
+                     grid={"rollout.G": [2, 4]})
+    configs = distinct_configurations(sweep)
+    assert len(sweep.runs) == 8 and len(configs) == 4
+    assert {(r.arm, r.axes["rollout.G"]) for r in configs} == {(a, g) for a in ("gspo", "dfpo") for g in (2, 4)}
+    assert {r.seed for r in configs} == {3}
+
+
+@pytest.mark.parametrize("G,micro,mini,pps", [(8, 2, 32, 128), (4, 6, 32, 128), (3, 2, 16, 64), (16, 4, 8, 8), (2, 16, 4, 16)])
+@pytest.mark.parametrize("loss", ["grpo", "dfpo"])
+def test_smoke_batches_fill_whole_micro_batches_in_at_most_two_mini_batches(tmp_path, G, micro, mini, pps, loss):
+    from cancelctl.backends.verl.layout import group_aligned_micro_batch, uses_query_preserving_layout
+
+    run = sweep_of(tmp_path, {"a": {"algorithm": {"loss": loss, "mini_batch_size": mini, "micro_batch_size_per_gpu": micro},
+                                    "rollout": {"G": G}, "budget": {"prompts_per_step": pps}}}).runs[0]
+    sizes = smoke_sizes(run)
+    used_micro = group_aligned_micro_batch(run.spec) if uses_query_preserving_layout(run.spec) else micro
+    assert sizes.mini_batch_size <= mini and sizes.prompts_per_step % sizes.mini_batch_size == 0
+    assert sizes.prompts_per_step // sizes.mini_batch_size == min(pps // mini, 2)
+    if sizes.mini_batch_size < mini:  # shrunk: still whole micro-batches
+        assert (sizes.mini_batch_size * G) % used_micro == 0
+
+
+def test_a_smoke_run_keeps_the_science_and_changes_only_the_cost(tmp_path):
+    run = sweep_of(tmp_path, {"gspo-delta": {"algorithm": {"loss": "gspo", "inject_delta": {"delta": 3.0}, "tis": {"cap": 2.0},
+                                                           "clip_low": 3e-4, "clip_high": 4e-4},
+                                             "batching": {"strategy": "query_preserved"},
+                                             "data": {"reward_function": "rewards/mine.py:score"}}}).runs[0]
+    smoke = smoke_run(run, sweep="s.smoke-1", model=Path("/m/tiny"), train_files=["/d/0/x/train.parquet"], val_files=[],
+                      steps=1, executor="local", partition=None, launch_dir=Path("/launch"))
+    a, b = run.spec, smoke.spec
+    assert b.algorithm.loss == "gspo" and b.algorithm.inject_delta == a.algorithm.inject_delta and b.algorithm.tis == a.algorithm.tis
+    assert (b.algorithm.clip_low, b.algorithm.clip_high) == (3e-4, 4e-4) and b.rollout.G == 8
+    assert b.batching == a.batching and b.monitor == a.monitor and b.model.template == a.model.template
+    assert b.data.max_prompt_length == a.data.max_prompt_length
+    assert b.model.path == "/m/tiny" and b.data.train_files == ["/d/0/x/train.parquet"]
+    assert b.data.reward_function == "/launch/rewards/mine.py:score"
+    assert b.budget.steps == 1 and b.budget.checkpoint_every == 1 and b.data.max_response_length == 32
+    assert b.cluster.device == "cpu" and b.cluster.nodes == 1 and b.cluster.gpus_per_node == 0
+    assert b.cluster.partition == "gpu" and b.executor == "local" and b.eval.k == 2
+    assert b.tracking.uri is None and b.tracking.experiment is None and smoke.sweep == "s.smoke-1"
+
+
+def test_checkpoint_families_follow_the_trainer_order_and_the_sampler(tmp_path):
+    runs = {r.arm: r for r in sweep_of(tmp_path, {
+        "grpo": {}, "gspo": {"algorithm": {"loss": "gspo"}}, "dfpo": {"algorithm": {"loss": "dfpo"}},
+        "grpo-qp": {"batching": {"strategy": "query_preserved"}},
+        "rb": {"batching": {"strategy": "reward_balanced"}},
+    }).runs}
+    family = {arm: checkpoint_family(run) for arm, run in runs.items()}
+    assert family["grpo"] == family["gspo"] and family["dfpo"] == family["grpo-qp"]
+    assert len({family["grpo"], family["dfpo"], family["rb"]}) == 3
+
+
+@pytest.mark.parametrize("statuses,code", [((OK, OK), 0), ((OK, FAILED), 1), ((FAILED, REFUSED), 2), ((), 0)])
+def test_exit_zero_only_when_every_configuration_passed(statuses, code):
+    assert SmokeResult("s", Path("."), [SmokeRow(str(i), s) for i, s in enumerate(statuses)]).exit_code == code
