@@ -89,3 +89,32 @@ def test_checkpoint_families_follow_the_trainer_order_and_the_sampler(tmp_path):
 @pytest.mark.parametrize("statuses,code", [((OK, OK), 0), ((OK, FAILED), 1), ((FAILED, REFUSED), 2), ((), 0)])
 def test_exit_zero_only_when_every_configuration_passed(statuses, code):
     assert SmokeResult("s", Path("."), [SmokeRow(str(i), s) for i, s in enumerate(statuses)]).exit_code == code
+
+
+def test_one_resume_per_checkpoint_family_unless_each_is_asked(tmp_path):
+    from cancelctl.smoke.runner import _Case, _resuming
+
+    runs = sweep_of(tmp_path, {"gspo": {"algorithm": {"loss": "gspo"}}, "grpo": {}, "dfpo": {"algorithm": {"loss": "dfpo"}},
+                               "rb": {"batching": {"strategy": "reward_balanced"}}}).runs
+    by_arm = {r.arm: r for r in runs if r.seed == 3}
+    firsts = [by_arm[arm] for arm in ("gspo", "grpo", "dfpo", "rb")]
+
+    def cases():
+        made = [_Case(run, SmokeRow(run.arm), first=run) for run in firsts]
+        made[-1].row.status = FAILED  # a failed step 1 never resumes
+        return made
+
+    chosen = _resuming(cases(), resume_each=False)
+    assert [c.run.arm for c in chosen] == ["gspo", "dfpo"]
+    every = _resuming(cases(), resume_each=True)
+    assert [c.run.arm for c in every] == ["gspo", "grpo", "dfpo"]
+    skipped = [c for c in cases()]
+    _resuming(skipped, resume_each=False)
+    assert skipped[1].row.note == "resume checked on gspo (same checkpoint contents)"
+
+
+def test_a_slurm_smoke_goes_to_the_partition_asked_for(tmp_path):
+    run = sweep_of(tmp_path, {"a": {}}).runs[0]
+    smoke = smoke_run(run, sweep="s.smoke-1", model=Path("/m"), train_files=["/t.parquet"], val_files=[], steps=2,
+                      executor="slurm", partition="cpu", launch_dir=Path("/l"))
+    assert smoke.spec.executor == "slurm" and smoke.spec.cluster.partition == "cpu" and smoke.spec.cluster.gpus_per_node == 0
