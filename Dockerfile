@@ -30,9 +30,10 @@ COPY cancelctl /opt/cancelctl/cancelctl
 COPY losses /opt/cancelctl/losses
 COPY templates /opt/cancelctl/templates
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-# cancelctl's own dependencies come from its pyproject.toml; the installed torch/verl are held as they are.
+# cancelctl's own dependencies come from its pyproject.toml (data: the rewards verl calls in the job);
+# the installed torch/verl are held as they are.
 RUN pip freeze | grep -iE '^(torch|verl|mlflow|transferqueue)==' > /tmp/held.txt \
-    && pip install -c /tmp/held.txt "/opt/cancelctl[verl]" \
+    && pip install -c /tmp/held.txt "/opt/cancelctl[verl,data]" \
     && python -c "import cancelctl, verl, ray; print('cancelctl', cancelctl.__file__, 'verl', verl.__version__, 'ray', ray.__version__)"
 
 ENV VERL_USE_EXTERNAL_PLUGINS=auto CANCELCTL_TEMPLATES=/opt/cancelctl/templates

@@ -62,7 +62,7 @@ def test_the_pinned_args_are_what_gets_installed():
     for arg in ("VERL_VERSION", "TRANSFER_QUEUE_VERSION", "MLFLOW_VERSION"):
         assert "${" + arg + "}" in install
     assert not re.search(r"==\d", install)  # no second, hard-coded version beside the ARGs
-    assert '"/opt/cancelctl[verl]"' in text  # cancelctl's own dependencies from its pyproject
+    assert '"/opt/cancelctl[verl,data]"' in text  # cancelctl's own dependencies and the jobs' rewards
 
 
 def test_hadolint_accepts_the_dockerfile():

@@ -75,7 +75,7 @@ def test_ci_runs_both_readme_lines_as_written():
     test extra only), so it fails where they would; the verl extra comes after."""
     ci = (ROOT / ".ci" / "run").read_text()
     assert "readme_line 1" in ci and "readme_line 2" in ci
-    assert ci.index("readme_line 2") < ci.index(".[test,verl]")
+    assert ci.index("readme_line 2") < ci.index(".[test,verl,data]")
     assert DEMO_DONE_ENV in ci
 
 
@@ -107,8 +107,19 @@ SLURM_EXAMPLES = {
 }
 
 
+# README "Your first verl sweep", in order: run by test_first_verl_sweep_runs_on_cpu_as_written.
+FIRST_VERL_EXAMPLES = [
+    "cancelctl data prepare chain_sum",
+    "cancelctl validate experiments/first-verl.yaml",
+    "cancelctl smoke experiments/first-verl.yaml",
+    "cancelctl sweep experiments/first-verl.yaml",
+    "cancelctl watch first-verl",
+    "cancelctl report first-verl",
+]
+
+
 def test_every_readme_example_is_covered_here():
-    assert set(readme_commands()) == LOCAL_EXAMPLES | SLURM_EXAMPLES
+    assert set(readme_commands()) == LOCAL_EXAMPLES | SLURM_EXAMPLES | set(FIRST_VERL_EXAMPLES)
 
 
 @pytest.fixture(scope="module")
@@ -225,3 +236,60 @@ def test_readme_documents_every_lab_field():
     from cancelctl.spec.schema import lab_fields_markdown
 
     assert lab_fields_markdown() in README
+
+
+@pytest.mark.verl
+@pytest.mark.timeout(1800)
+def test_first_verl_sweep_runs_on_cpu_as_written(tmp_path):
+    """README "Your first verl sweep", every command as written, on CPU: the spec's model is the
+    test's tiny Qwen2 with its own ChatML tokenizer (no download), and before `sweep` the spec's
+    cluster block becomes CPU-sized (the GPU node it names is not here). Real `main_ppo` jobs:
+    the smoke's two configurations and one resume, then the sweep's two runs."""
+    pytest.importorskip("verl")
+    pytest.importorskip("reasoning_gym")
+    import sys
+
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "tests" / "backends" / "verl"))
+    from tiny_verl import build_model
+
+    assert [c for c in readme_commands() if c in FIRST_VERL_EXAMPLES] == FIRST_VERL_EXAMPLES
+    (tmp_path / "experiments").mkdir()
+    spec_file = tmp_path / "experiments" / "first-verl.yaml"
+    spec = yaml.safe_load((ROOT / "experiments" / "first-verl.yaml").read_text())
+    build_model(tmp_path / "model")
+    spec["base"]["model"]["path"] = str(tmp_path / "model")
+    spec_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CANCELCTL_WORKDIR", "MLFLOW_TRACKING_URI")}
+    cancelctl = Path(sys.executable).with_name("cancelctl")
+
+    def run(line: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([str(cancelctl), *shlex.split(line)[1:]], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=1200, check=False)
+        print(f"$ {line}\n{done.stdout}{done.stderr}")
+        return done
+
+    prepared, validated, smoked = (run(line) for line in FIRST_VERL_EXAMPLES[:3])
+    assert prepared.returncode == 0 and (tmp_path / "data" / "chain_sum" / "train.parquet").is_file(), prepared.stderr
+    assert validated.returncode == 0 and "verl config composed" in validated.stdout, validated.stdout + validated.stderr
+    assert smoked.returncode == 0, smoked.stdout + smoked.stderr
+    rows = {arm: next(line for line in smoked.stdout.splitlines() if line.startswith(arm + " ")) for arm in spec["arms"]}
+    assert all(" ok " in row for row in rows.values()), smoked.stdout
+    # both arms keep whole groups (batching query_preserved): one checkpoint family, one resume
+    assert "resumed at step 2" in rows["gspo"] and "resume checked on gspo" in rows["dfpo-min-replace"], smoked.stdout
+    assert not (tmp_path / ".cancelctl" / "sweeps").exists()  # the smoke never entered the sweep's manifest
+
+    base = spec["base"]
+    base.update(executor="local", cluster={"device": "cpu", "cpus_per_task": 2, "mem_gb": 6, "time_min": 20})
+    base["budget"] = {"steps": 2, "prompts_per_step": 4, "checkpoint_every": 1}
+    base["algorithm"].update(mini_batch_size=2, micro_batch_size_per_gpu=8)
+    base["data"]["max_response_length"] = 32
+    base["eval"] = {"every": 2, "k": 1}
+    spec["seeds"] = [0]
+    spec_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    swept, watched, reported = (run(line) for line in FIRST_VERL_EXAMPLES[3:])
+    assert swept.returncode == 0 and "2 completed" in swept.stdout, swept.stdout + swept.stderr
+    assert watched.returncode == 0 and "2/2 done" in watched.stdout, watched.stdout + watched.stderr
+    assert reported.returncode == 0 and "dfpo-min-replace" in reported.stdout, reported.stdout + reported.stderr
+    assert (tmp_path / "results" / "first-verl" / "report.md").is_file()

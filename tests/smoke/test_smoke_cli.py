@@ -1,0 +1,125 @@
+"""`cancelctl smoke` end to end: `cancelctl data prepare chain_sum`, then one smoke of a CI-sized sweep
+whose arms have the shapes of the shipped experiments beyond README's gspo-vs-dfpo example (which
+tests/test_readme.py smokes and sweeps): group-size (dfpo at another G), batching (reward_balanced),
+delta-injection (GSPO with δ and TIS) — one arm per checkpoint family (verl's own trainer order, the
+whole-group order, the reward-balanced sampler), so each resumes — beside arms with a planted error
+each: a template key verl does not have, a micro-batch that would split DFPO's groups, a tokenizer
+with no chat template, a reward that returns None, and a reward that raises only inside verl's run.
+Real `main_ppo` jobs through the local executor, on the test's tiny Qwen2 (tiny_verl.py; its
+tokenizer is the "model's own"); no network.
+
+One smoke for all of it, because each verl job costs ~1 CPU-minute of start-up: 3 step-1 jobs, 3
+resumes and one job that fails at its first reward.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("verl")
+pytest.importorskip("reasoning_gym")
+pytestmark = [pytest.mark.verl, pytest.mark.timeout(1500)]
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "verl"))
+from tiny_verl import build_model  # noqa: E402
+
+CLI = Path(sys.executable).with_name("cancelctl")
+SHAPES = {
+    "dfpo-g2": {"algorithm": {"loss": "dfpo", "dfpo": {"transform": "min_replace"}}, "rollout": {"G": 2}},
+    "reward-balanced": {"batching": {"strategy": "reward_balanced"}},
+    "gspo-delta-tis": {"algorithm": {"loss": "gspo", "inject_delta": {"delta": 3.0}, "tis": {"cap": 2.0}}},
+}
+RAISES_IN_RUN = '''\
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    if solution_str != str(ground_truth):
+        raise ValueError("planted: cannot score " + repr(solution_str[:10]))
+    return 1.0
+'''
+
+
+def cli(*args: str, cwd: Path, timeout: float = 1400) -> subprocess.CompletedProcess:
+    return subprocess.run([str(CLI), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+
+
+@pytest.fixture(scope="module")
+def smoked(tmp_path_factory):
+    root = tmp_path_factory.mktemp("smoke")
+    prepared = cli("data", "prepare", "chain_sum", "--size", "64", "--seed", "1", cwd=root)
+    assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+    build_model(root / "model")  # the user's model: a tiny Qwen2 with a ChatML byte-level tokenizer
+    shutil.copytree(root / "model", root / "no-chat")
+    (root / "no-chat" / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((root / "no-chat" / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (root / "no-chat" / "tokenizer_config.json").write_text(json.dumps(config))
+    (root / "bad-key.yaml").write_text(yaml.safe_dump({"extends": "fsdp", "overrides": {"actor_rollout_ref.actor.ppo_epoch_count": 2}}))
+    (root / "dynamic.yaml").write_text(yaml.safe_dump({"extends": "fsdp", "overrides": {
+        "actor_rollout_ref.actor.use_dynamic_bsz": True, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 256}}))
+    (root / "none_reward.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return None\n")
+    (root / "raises_reward.py").write_text(RAISES_IN_RUN)
+    spec = {
+        "name": "smoke-shapes",
+        "base": {
+            "backend": "verl", "executor": "slurm",
+            "model": {"path": "model"},
+            "data": {"train_files": ["data/chain_sum/train.parquet"], "val_files": ["data/chain_sum/test.parquet"],
+                     "max_prompt_length": 512, "max_response_length": 1024},
+            "algorithm": {"mini_batch_size": 32, "micro_batch_size_per_gpu": 4},
+            "rollout": {"G": 4},
+            "budget": {"steps": 300, "prompts_per_step": 128},
+            "eval": {"every": 20, "k": 8},
+            "cluster": {"partition": "gpu", "gpus_per_node": 8},
+        },
+        "arms": {
+            **SHAPES,
+            "bad-key": {"model": {"template": str(root / "bad-key.yaml")}},
+            "split-groups": {"algorithm": {"loss": "dfpo"}, "model": {"template": str(root / "dynamic.yaml")}},
+            "no-chat-template": {"model": {"path": "no-chat"}},
+            "reward-none": {"data": {"reward_function": "none_reward.py"}},
+            "reward-raises": {"algorithm": {"loss": "gspo"}, "data": {"reward_function": "raises_reward.py"}},
+        },
+        "seeds": [0, 1],
+    }
+    (root / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = cli("smoke", "sweep.yaml", "--workdir", "work", cwd=root)
+    rows = {}
+    for line in result.stdout.splitlines():
+        words = line.split()
+        if words and words[0] in spec["arms"] and len(words) > 1:
+            rows[words[0]] = line
+    return root, result, rows
+
+
+def test_every_shape_passes_with_a_checkpoint_and_a_resume(smoked):
+    root, result, rows = smoked
+    assert result.returncode == 2, result.stdout + result.stderr  # the planted arms are bad input
+    for arm in SHAPES:
+        assert arm in rows and rows[arm].split()[1] == "ok", result.stdout
+    for arm in SHAPES:  # three checkpoint families: each resumes from its own step-1 checkpoint
+        assert "resumed at step 2" in rows[arm], result.stdout
+
+
+def test_each_planted_error_gives_its_own_one_line_cause(smoked):
+    root, result, rows = smoked
+    assert "refused" in rows["bad-key"] and "ppo_epoch_count" in rows["bad-key"] and "not in struct" in rows["bad-key"]
+    assert "refused" in rows["split-groups"] and "whole groups per micro-batch" in rows["split-groups"]
+    assert "refused" in rows["no-chat-template"] and "no chat template" in rows["no-chat-template"]
+    assert "refused" in rows["reward-none"] and "returned None" in rows["reward-none"]
+    # passes the reward check on its ground truth, then raises in verl's reward worker: the worker's own line
+    assert "failed" in rows["reward-raises"] and "ValueError: planted: cannot score" in result.stdout, result.stdout
+
+
+def test_smoke_runs_never_enter_the_sweeps_experiment_or_manifest(smoked):
+    root, result, rows = smoked
+    work = root / "work"
+    assert not (work / "sweeps").exists() and not (work / "mlflow.db").exists()
+    assert (work / "smoke" / "smoke-shapes" / "work" / "sweeps").is_dir()
