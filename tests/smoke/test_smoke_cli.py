@@ -91,12 +91,22 @@ def smoked(tmp_path_factory):
     }
     (root / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     result = cli("smoke", "sweep.yaml", "--workdir", "work", cwd=root)
-    rows = {}
-    for line in result.stdout.splitlines():
+    return root, result, table_rows(result.stdout, spec["arms"])
+
+
+def table_rows(text: str, arms) -> dict[str, str]:
+    """The smoke table's row of each arm, its folded continuation lines joined on."""
+    rows: dict[str, str] = {}
+    current = None
+    for line in text.splitlines():
         words = line.split()
-        if words and words[0] in spec["arms"] and len(words) > 1:
-            rows[words[0]] = line
-    return root, result, rows
+        if words and words[0] in arms:
+            current, rows[words[0]] = words[0], line
+        elif current and line.startswith(" ") and words:
+            rows[current] += " " + " ".join(words)
+        else:
+            current = None
+    return rows
 
 
 def test_every_shape_passes_with_a_checkpoint_and_a_resume(smoked):
