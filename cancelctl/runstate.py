@@ -57,3 +57,11 @@ class RunState:
         data["run_dir"] = str(self.run_dir) if self.run_dir else None
         data["log"] = str(self.log) if self.log else None
         return data
+
+
+def state_counts(states) -> str:
+    """"3 completed, 1 failed": the runs counted by state, as `status`, `sweep` and `list` print them."""
+    counts: dict[str, int] = {}
+    for s in states:
+        counts[s.state] = counts.get(s.state, 0) + 1
+    return ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items()))

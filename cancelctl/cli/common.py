@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from cancelctl.errors import SpecError, WorkdirStateError
+from cancelctl.runstate import state_counts  # noqa: F401 - the verbs' one way to count states
 
 # Piped output (CI logs, `| less`) gets a wide console instead of rich's 80-column default.
 _WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
@@ -70,11 +71,3 @@ def load_or_exit(path: Path, allow_unmatched: bool = False):
         return load_sweep(path, allow_unmatched=allow_unmatched)
     except (SpecError, WorkdirStateError, OSError) as exc:
         fail(exc)
-
-
-def state_counts(states) -> str:
-    """"3 completed, 1 failed": the runs counted by state, as `status`, `sweep` and `list` print them."""
-    counts: dict[str, int] = {}
-    for s in states:
-        counts[s.state] = counts.get(s.state, 0) + 1
-    return ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items()))

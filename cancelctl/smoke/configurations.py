@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cancelctl.spec.expand import Sweep
+from cancelctl.spec.expand import Sweep, deep_merge
 from cancelctl.spec.run import RunSpec, make_run
 
 MAX_RESPONSE_TOKENS = 32
@@ -90,7 +90,7 @@ def smoke_run(run: RunSpec, *, sweep: str, model: Path, train_files: list[str], 
     }
     if spec.model.strategy == "megatron":  # the CPU runtime trains with FSDP2 only
         patch["model"]["strategy"] = "fsdp2"
-    data = _merge(spec.model_dump(mode="json"), patch)
+    data = deep_merge(spec.model_dump(mode="json"), patch)
     from cancelctl.spec.experiment import ExperimentSpec
 
     return make_run(sweep, run.arm, run.axes, run.seed, ExperimentSpec.model_validate(data), run.group)
@@ -101,10 +101,3 @@ def absolute_reward(reward: str | None, launch_dir: Path) -> str | None:
         return None
     path, sep, name = reward.partition(":")
     return (path if os.path.isabs(path) else str(Path(launch_dir, path))) + sep + name
-
-
-def _merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in patch.items():
-        out[key] = _merge(out.get(key) or {}, value) if isinstance(value, dict) and key != "tracking" else value
-    return out

@@ -218,6 +218,7 @@ def _rewards(cases: list[_Case], data: dict[str, str], launch_dir: Path) -> None
 def _launch(cases: list[_Case], which: str, work: Path, executor: str, say: Progress) -> None:
     """Run the jobs of `cases` (`first` or `second`) as one smoke sweep; record failures on the rows."""
     from cancelctl.launch import launch_sweep
+    from cancelctl.runstate import state_counts
 
     jobs = [getattr(c, which) for c in cases]
     if not jobs:
@@ -225,11 +226,7 @@ def _launch(cases: list[_Case], which: str, work: Path, executor: str, say: Prog
     sweep = Sweep(spec=_sweep_spec(jobs[0].sweep), file=jobs[0].sweep, runs=jobs)
 
     def show(states) -> None:
-        counts: dict[str, int] = {}
-        for s in states:
-            counts[s.state] = counts.get(s.state, 0) + 1
-        say(f"smoke: {'step 1' if which == 'first' else 'step 2 (resumed)'}: "
-            + ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items())))
+        say(f"smoke: {'step 1' if which == 'first' else 'step 2 (resumed)'}: {state_counts(states)}")
 
     launched = launch_sweep(sweep, workdir=work, executor=executor, wait=True, progress=show)
     states = {s.run_id: s for s in launched.states}
