@@ -102,6 +102,58 @@ def test_inconsistent_claims_are_rejected(kw, message):
         make(**kw)
 
 
+OUTCOME = {"kind": "collapse_rate", "rule": "entropy_collapse"}
+ORDER = {"kind": "alert_order", "rule": ["entropy_collapse", "reward_collapse"], "first": "mismatch_growth"}
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        ({"metric": {"kind": "collapse_rate"}}, "metric.rule is required for kind 'collapse_rate'"),
+        ({"metric": {**OUTCOME, "key": "actor/entropy"}}, "metric.key and metric.versus_key do not apply"),
+        ({"metric": {**OUTCOME, "window": 0.1}}, "do not apply to kind 'collapse_rate'"),
+        ({"metric": {**OUTCOME, "first": "mismatch_growth"}}, "metric.first applies to kind 'alert_order' only"),
+        ({"metric": {"kind": "mean", "key": "k", "rule": "entropy_collapse"}}, "apply to collapse_rate"),
+        ({"metric": {"kind": "final", "event": "stop"}}, "apply to collapse_rate"),
+        ({"metric": OUTCOME, "direction": "similar", "margin": 0.1}, "takes direction higher or lower"),
+        ({"metric": ORDER}, "drop versus"),
+        ({"metric": {**ORDER, "first": "entropy_collapse"}, "versus": None}, "also in metric.rule"),
+        ({"metric": {**ORDER, "event": "stop"}, "versus": None}, "metric.event does not apply"),
+        ({"metric": {"kind": "alert_order", "rule": "entropy_collapse"}, "versus": None}, "metric.first is required"),
+        ({"metric": OUTCOME, "versus": None}, "versus is required"),
+        ({"metric": OUTCOME, "arm": ["a", "b"]}, "a list of arms is for alert_order only"),
+        ({"metric": {**OUTCOME, "rule": "entropy"}}, "Input should be 'mismatch_growth'"),
+    ],
+)
+def test_inconsistent_outcome_claims_are_rejected(kw, message):
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make(**kw)
+
+
+def test_outcome_claims_read_one_rule_or_several():
+    rate = make(metric={**OUTCOME, "event": "stop"})
+    assert rate.metric.rules == ["entropy_collapse"] and rate.metric.label == "share of runs stopped by entropy_collapse"
+    order = make(metric=ORDER, arm=["a", "b"], versus=None)
+    assert order.arms == ["a", "b"] and order.metric.resolved_key == "entropy_collapse+reward_collapse"
+    assert order.metric.label == "mismatch_growth alert before entropy_collapse or reward_collapse"
+    time = make(metric={"kind": "time_to_collapse", "rule": "entropy_collapse"}, direction="lower")
+    assert time.metric.label == "steps to the first entropy_collapse alert"
+
+
+def test_a_misspelt_rule_points_at_its_line_and_names_the_rules(write_yaml):
+    text = BASE.replace("metric: {kind: final}", "metric: {kind: collapse_rate, rule: [entropy_collapse, entropy]}")
+    [issue] = issues_of(write_yaml(text))
+    assert issue.location.line == 13 and issue.path == "claims[0].metric.rule[1]"
+    assert "'entropy_collapse'" in issue.message and "'entropy'" in issue.message
+
+
+def test_an_alert_order_arm_list_is_checked_against_the_arms(write_yaml):
+    text = BASE.replace("metric: {kind: final}", "metric: {kind: alert_order, rule: entropy_collapse, first: pcc_drop}")
+    text = text.replace("    arm: b\n    versus: a\n", "    arm: [b, c]\n")
+    [issue] = issues_of(write_yaml(text))
+    assert "claim 'b-better'" in issue.message and "arm 'c' is not an arm" in issue.message
+
+
 def test_margin_claims_and_same_arm_with_versus_key_are_valid():
     assert make(direction="not_lower", margin=0.01).margin == 0.01
     flip = make(arm="a", versus="a", direction="similar", margin_rel=0.1,
