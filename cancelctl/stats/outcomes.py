@@ -26,12 +26,13 @@ Frames in, `Verdict`s out (the Holm adjustment is `verdicts`'); nothing here rea
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 import pandas as pd
 
 from cancelctl.spec.claims import ClaimSpec
+from cancelctl.spec.monitor import MonitorSpec
 from cancelctl.stats.rates import compare_rates, runs_for_rate_difference, runs_for_share, share_test
 from cancelctl.stats.survival import compare_times, runs_for_logrank
 
@@ -102,15 +103,19 @@ def planned_seeds(kind: str, v, level: float, power: float) -> int | None:
 
 def judge_outcome(
     claim: ClaimSpec, group: str, in_group: pd.DataFrame, alerts: pd.DataFrame,
-    stops: Mapping[str, Stop], ends: Mapping[str, float], base, min_seeds: int,
+    stops: Mapping[str, Stop], ends: Mapping[str, float], base, min_seeds: int, logged: Collection[str] = (),
 ):
     """One outcome claim in one comparison group: `base` (a cannot-judge Verdict naming the claim)
-    filled in with the evidence, status "inconclusive" until Holm decides, or the reason it cannot."""
+    filled in with the evidence, status "inconclusive" until Holm decides, or the reason it cannot.
+    `logged`: the metric keys the sweep logged (a rule whose metric nobody logged could not fire)."""
     metric = claim.metric
     for arm in claim.arms + ([claim.versus] if claim.versus else []):
         if not (in_group["arm"] == arm).any():
             return replace(base, reason=f"arm {arm!r} has no runs in this group")
     alerts = alerts if alerts is not None else pd.DataFrame(columns=ALERT_COLUMNS)
+    blind = _unseeable(metric.rules, alerts, logged)
+    if blind:
+        return replace(base, reason=blind)
     if metric.kind == "alert_order":
         return _judge_order(claim, in_group, alerts, stops, ends, base)
     sides = {}
@@ -196,6 +201,19 @@ def _judge_order(claim: ClaimSpec, in_group: pd.DataFrame, alerts: pd.DataFrame,
         return replace(base, p=math.nan, p_against=math.nan, reason=(
             f"{n} collapsing run(s) with an order; the sign test needs ≥ {MIN_ORDER_RUNS} (p ≥ 1/2^{n} otherwise)"))
     return replace(base, status="inconclusive")
+
+
+def _unseeable(rules: list[str], alerts: pd.DataFrame, logged: Collection[str]) -> str:
+    """Why no collapse could have been seen: none of the rules alerted anywhere and no run logged any
+    of their default metric keys (the rule reads the first present; `nonfinite` reads every key).
+    Empty when a collapse could have been seen. 0 of n would otherwise read as "never collapses"."""
+    if "nonfinite" in rules or alerts["rule"].astype(str).isin(rules).any():
+        return ""
+    defaults = MonitorSpec()
+    keys = [key for rule in rules for key in getattr(defaults, rule).keys]
+    if any(key in logged for key in keys):
+        return ""
+    return f"no run logged {' / '.join(keys)}, which {' and '.join(rules)} read(s): a collapse could not be seen"
 
 
 def _cut_note(arm: str, outcomes: list[Outcome], rules: list[str]) -> str:

@@ -138,7 +138,7 @@ def judge_claims(
             for group in order:
                 base = _base_verdict(claim, claim.metric.resolved_key, claim.metric.resolved_key, group)
                 in_group = runs[runs["group"] == group]
-                rows.append(judge_outcome(claim, group, in_group, alerts, stops, ends, base, min_seeds))
+                rows.append(judge_outcome(claim, group, in_group, alerts, stops, ends, base, min_seeds, by_key.keys()))
             continue
         for key, versus_key in _resolve_keys(claim.metric, by_key):
             for group in order:

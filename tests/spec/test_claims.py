@@ -39,6 +39,12 @@ SHIPPED = {  # file -> claim sources it must carry (paper, section)
     "variance-noise": ["[H] §5.1"],
     "clip-strength": ["[H] §4.3"],
     "batching": ["[C] §4", "Fig. 1(c)"],
+    "lab-claims-mismatch": ["[H] §4.4", "App. B.2", "[H] §5.1", "[H] App. D"],
+    "lab-claims-dfpo": ["Prediction 1", "Prediction 3", "eq. 23", "Corollary 3.2", "eq. 74"],
+}
+OUTCOME_CLAIMS = {  # file -> the outcome kinds its claims must include (the papers' collapse claims)
+    "lab-claims-mismatch": {"collapse_rate", "time_to_collapse", "alert_order"},
+    "lab-claims-dfpo": {"collapse_rate", "time_to_collapse"},
 }
 
 
@@ -167,6 +173,12 @@ def test_shipped_files_carry_the_papers_claims(name):
     sources = " | ".join(c.source for c in sweep.spec.claims)
     for wanted in SHIPPED[name]:
         assert wanted in sources, f"{name}.yaml lacks a claim from {wanted}"
+
+
+@pytest.mark.parametrize("name", sorted(OUTCOME_CLAIMS))
+def test_shipped_lab_files_carry_the_collapse_claims(name):
+    kinds = {c.metric.kind for c in load_sweep(EXPERIMENTS / f"{name}.yaml").spec.claims}
+    assert kinds >= OUTCOME_CLAIMS[name]
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))

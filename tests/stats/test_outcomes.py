@@ -114,3 +114,13 @@ def test_too_few_runs_is_not_judged_and_missing_arm_says_so():
     runs, metrics, alerts, stops = sweep({})
     [missing] = judge_claims([odd], runs, metrics, alerts=alerts, stops=stops)
     assert "arm 'nobody' has no runs" in missing.reason
+
+
+def test_a_rule_that_could_not_fire_is_not_read_as_never_collapsing():
+    runs, metrics, alerts, stops = sweep({})  # no alert anywhere, and nobody logged actor/entropy
+    [blind] = judge_claims([claim("collapse_rate")], runs, metrics, alerts=alerts, stops=stops)
+    assert blind.status == "cannot judge" and "no run logged actor/entropy" in blind.reason
+    entropy = metrics.assign(key="actor/entropy")
+    [seen] = judge_claims([claim("collapse_rate")], runs, pd.concat([metrics, entropy]), alerts=alerts, stops=stops)
+    assert seen.status == "inconclusive" and (seen.arm_mean, seen.versus_mean, seen.p) == (0.0, 0.0, 1.0)
+    assert seen.seeds_needed is None  # equal rates: nothing to power
