@@ -134,6 +134,8 @@ def judge_outcome(
         base = _rate_evidence(claim, base, a, b)
     else:
         base = _time_evidence(claim, base, a, b)
+    if base.reason:
+        return base
     if short:
         why = "; ".join(f"{n} run(s) of {arm!r}" for arm, n in short) + f"; a verdict needs ≥ {min_seeds} an arm"
         return replace(base, p=math.nan, p_against=math.nan, reason=why)

@@ -124,3 +124,10 @@ def test_a_rule_that_could_not_fire_is_not_read_as_never_collapsing():
     [seen] = judge_claims([claim("collapse_rate")], runs, pd.concat([metrics, entropy]), alerts=alerts, stops=stops)
     assert seen.status == "inconclusive" and (seen.arm_mean, seen.versus_mean, seen.p) == (0.0, 0.0, 1.0)
     assert seen.seeds_needed is None  # equal rates: nothing to power
+
+
+def test_a_run_with_no_steps_has_no_time_and_is_not_judged():
+    runs, metrics, alerts, stops = sweep({0: 40, 1: 50, 2: 60, 3: 70})
+    [v] = judge_claims([claim("time_to_collapse")], runs, metrics[metrics["run_id"] != "ok-s0"], alerts=alerts,
+                       stops=stops)
+    assert v.status == "cannot judge" and v.reason == "a run logged no steps: its time is unknown"
