@@ -103,7 +103,9 @@ def report(
     uri: Optional[str] = typer.Option(None, "--uri", help="MLflow tracking URI (default: the sweep's store)."),
     claims_only: bool = typer.Option(False, "--claims-only", help="Print only the claims' verdicts."),
     include_stopped: bool = typer.Option(
-        False, "--include-stopped", help="Use runs a monitor rule stopped in the compute-matched tables (left out by default)."
+        False, "--include-stopped",
+        help="Use runs a monitor rule stopped in the compute-matched tables (left out there by default; "
+             "the claims always use every run).",
     ),
     include_unfinished: bool = typer.Option(
         False, "--include-unfinished", help="Use runs that have not FINISHED (running, failed, killed) as they are."

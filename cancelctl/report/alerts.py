@@ -1,6 +1,7 @@
 """What the in-job monitor (`cancelctl.jobs.monitor`) left in the run folders, for the report: every alert
 per run (the "Alerts" table), and the runs a `stop` rule ended — kept out of the compute-matched
-tables unless asked, since a run stopped early has not spent the compute its arm is compared at."""
+tables unless asked, since a run stopped early has not spent the compute its arm is compared at.
+The claims use every run, stopped ones included: a stop is an outcome (`cancelctl.stats.outcomes`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from cancelctl.report.model import ReportTable
+from cancelctl.stats.outcomes import Stop
 
 ALERT_COLUMNS = ["run_id", "name", "arm", "seed", "step", "rule", "action", "metric", "value", "threshold", "message"]
 
@@ -18,7 +20,12 @@ ALERT_COLUMNS = ["run_id", "name", "arm", "seed", "step", "rule", "action", "met
 @dataclass
 class SweepAlerts:
     alerts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ALERT_COLUMNS))
-    stopped: dict[str, str] = field(default_factory=dict)  # run id -> "<rule> at step N"
+    stops: dict[str, Stop] = field(default_factory=dict)  # run id -> the rule and step that stopped it
+
+    @property
+    def stopped(self) -> dict[str, str]:
+        """run id -> "<rule> at step N", as the notes say it."""
+        return {run_id: f"{stop.rule} at step {stop.step}" for run_id, stop in self.stops.items()}
 
 
 def read_sweep_alerts(workdir: Path, sweep: str) -> SweepAlerts:
@@ -26,7 +33,7 @@ def read_sweep_alerts(workdir: Path, sweep: str) -> SweepAlerts:
     from cancelctl.jobs.monitor import read_alerts, read_stop
     from cancelctl.workdir import sweep_run_folders
 
-    rows, stopped = [], {}
+    rows, stops = [], {}
     for record, folder in sweep_run_folders(workdir, sweep):
         run = record.get("run") or {}
         run_id = str(record.get("run_id") or run.get("run_id") or folder.path.name)
@@ -35,9 +42,9 @@ def read_sweep_alerts(workdir: Path, sweep: str) -> SweepAlerts:
             rows.append({"run_id": run_id, "name": name, "arm": arm, "seed": seed, **alert.to_json()})
         stop = read_stop(folder.path)
         if stop is not None and folder.result.exists():  # the job ended the run: it is stopped
-            stopped[run_id] = f"{stop.rule} at step {stop.step}"
+            stops[run_id] = Stop(stop.rule, stop.step)
     frame = pd.DataFrame(rows, columns=ALERT_COLUMNS) if rows else pd.DataFrame(columns=ALERT_COLUMNS)
-    return SweepAlerts(frame, stopped)
+    return SweepAlerts(frame, stops)
 
 
 def leave_out_stopped(
@@ -54,7 +61,8 @@ def leave_out_stopped(
         return runs, [f"{len(names)} run(s) stopped by a monitor rule are included (include_stopped): {shown}; "
                       "their compute ends at the stop."]
     return runs.loc[~hit], [f"{len(names)} run(s) stopped by a monitor rule are left out of the compute-matched "
-                            f"tables: {shown} — pass --include-stopped to use them."]
+                            f"tables: {shown} — pass --include-stopped to use them. The claims use every run, "
+                            "stopped ones included (a stop is an outcome; each claim says what it did with them)."]
 
 
 def alerts_table(alerts: pd.DataFrame) -> ReportTable:

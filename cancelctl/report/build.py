@@ -14,7 +14,7 @@ import pandas as pd
 
 from cancelctl.errors import ArgumentError, SpecError
 from cancelctl.report.alerts import SweepAlerts, alerts_table, leave_out_stopped
-from cancelctl.report.claims import verdict_rows, verdicts_as_records
+from cancelctl.report.claims import claims_notes, verdict_rows, verdicts_as_records
 from cancelctl.report.model import (
     CANNOT,
     REWARD_KEY,
@@ -85,14 +85,14 @@ def build_report(
         raise ArgumentError(f"--compute must be one of {', '.join(COMPUTE_KEYS)}, got {compute!r}")
     if smooth_window < 1:
         raise SpecError(f"smooth_window must be >= 1, got {smooth_window}", title=CANNOT)
-    stopped_notes: list[str] = []
-    if alerts is not None:
-        runs, stopped_notes = leave_out_stopped(runs, alerts.stopped, include_stopped)
     check_metric(metric, metrics)
-    exempt = alerts.stopped.keys() if alerts is not None and include_stopped else ()
-    screened = screen_points(runs, metrics, include_short=include_unfinished, exempt=exempt)
+    stops = alerts.stops if alerts is not None else {}
+    # a run a rule stopped ends early on purpose: never "short"; the claims use it (a stop is an
+    # outcome), the compute-matched tables only with include_stopped
+    screened = screen_points(runs, metrics, include_short=include_unfinished, exempt=stops.keys())
+    table_runs, stopped_notes = leave_out_stopped(screened.runs, alerts.stopped if alerts is not None else {}, include_stopped)
     try:
-        prepared, prepare_notes = prepare_sweep(screened.runs, screened.metrics, baseline, include_unfinished, n_boot, seed)
+        prepared, prepare_notes = prepare_sweep(table_runs, screened.metrics, baseline, include_unfinished, n_boot, seed)
     except SpecError as exc:
         if not screened.short:
             raise
@@ -114,8 +114,17 @@ def build_report(
         tables.append(alerts_table(alerts.alerts))
     if not screened.rejected.empty:
         tables.append(rejected_table(screened.rejected))
+    if len(table_runs) < len(screened.runs):  # said on every table that leaves them out, not only once above
+        left_out = len(screened.runs) - len(table_runs)
+        for table in tables:
+            if table.name not in ("alerts", "rejected_points"):
+                table.notes.append(f"without the {left_out} run(s) a monitor rule stopped (--include-stopped uses "
+                                   "them here; the claims use them)")
     if claims:
-        tables.insert(0, claims_table(prepared, claims, kappa, allow_unmatched, token_tol, n_boot, seed))
+        judged_on = prepared
+        if len(table_runs) < len(screened.runs):  # the claims see every run, stopped ones included
+            judged_on, _ = prepare_sweep(screened.runs, screened.metrics, baseline, include_unfinished, n_boot, seed)
+        tables.insert(0, claims_table(judged_on, claims, kappa, allow_unmatched, token_tol, n_boot, seed, alerts))
         if claims_only:
             for table in tables[1:]:
                 table.shown = False
@@ -150,21 +159,18 @@ def check_metric(metric: str, metrics: pd.DataFrame) -> None:
     )
 
 
-def claims_table(prepared, claims, kappa, allow_unmatched, token_tol, n_boot, seed) -> ReportTable:
-    """The sweep file's claims judged on this sweep: supported / contradicted / inconclusive (or why
-    not judged), effect with 95% CI, paired p and Holm-adjusted p, seeds needed."""
+def claims_table(prepared, claims, kappa, allow_unmatched, token_tol, n_boot, seed, alerts=None) -> ReportTable:
+    """The sweep file's claims judged on this sweep, every run included (a run a monitor rule
+    stopped too): supported / contradicted / inconclusive (or why not judged), effect with 95% CI,
+    one-sided p and Holm-adjusted p, seeds needed; a note per claim that used or left out stopped runs."""
     judged = verdicts.judge_claims(
         claims, prepared.runs, prepared.by_key, kappa=kappa, groups=prepared.groups,
         allow_unmatched=allow_unmatched, token_tol=token_tol, n_boot=n_boot, seed=seed,
+        alerts=alerts.alerts if alerts is not None else None, stops=alerts.stops if alerts is not None else None,
     )
-    notes = [(
-        "effect = arm − versus over paired seeds, 95% bootstrap CI; p one-sided in the predicted direction, "
-        "Holm-adjusted across every claim of this report; 'inconclusive, ~N seeds needed' = seeds for 80% "
-        "power at the observed effect and spread."
-    )]
     return ReportTable(
         "claims", "Claims", pd.DataFrame(verdicts_as_records(judged)),
-        pd.DataFrame(verdict_rows(judged)), notes,
+        pd.DataFrame(verdict_rows(judged)), claims_notes(judged),
     )
 
 

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from cancelctl.spec.claims import OUTCOME_KINDS
 from cancelctl.stats.verdicts import Verdict
 
 
@@ -22,6 +23,8 @@ def verdict_text(v: Verdict) -> str:
 def _status_text(v: Verdict) -> str:
     if v.status != "inconclusive":
         return v.status
+    if v.seeds_needed is None and v.kind in OUTCOME_KINDS:
+        return "inconclusive, leans against" if v.distance < 0 else "inconclusive"
     if v.seeds_needed is None:
         return "inconclusive (no usable effect to power)"
     if v.distance < 0:  # the observed effect points against the claim: more seeds would contradict it
@@ -59,17 +62,56 @@ def verdict_rows(verdicts: Sequence[Verdict]) -> list[dict[str, str]]:
             "claim": v.claim_id,
             "source": v.source,
             "group": v.group,
-            "arm vs versus": f"{v.arm} vs {v.versus}",
+            "arm vs versus": f"{v.arm} vs {v.versus}" if v.versus else f"{v.arm} (within runs)",
             "metric": v.metric,
             "predicted": predicted_text(v),
             "verdict": verdict_text(v),
-            "effect [95% CI]": "—" if not math.isfinite(v.effect)
-            else f"{_num(v.effect, True)} [{_num(v.ci_lo, True)}, {_num(v.ci_hi, True)}]",
+            "effect [95% CI]": _effect_text(v),
             "p": _p_text(v.p_against if contradicted else v.p),
             "p (Holm)": _p_text(v.p_against_holm if contradicted else v.p_holm),
-            "n": str(v.n_seeds),
+            "n": _n_text(v),
         })
     return rows
+
+
+def _effect_text(v: Verdict) -> str:
+    """arm − versus with its interval, signed; an alert order's share (of the collapsing runs) unsigned."""
+    if not math.isfinite(v.effect):
+        return "—"
+    signed = v.kind != "alert_order"
+    return f"{_num(v.effect, signed)} [{_num(v.ci_lo, signed)}, {_num(v.ci_hi, signed)}]"
+
+
+def _n_text(v: Verdict) -> str:
+    """Shared seeds of a paired claim; runs of each arm ("4+4") of an unpaired outcome claim; the
+    collapsing runs an alert order was read in."""
+    return str(v.n_seeds) if v.n_versus is None else f"{v.n_seeds}+{v.n_versus}"
+
+
+def claims_notes(verdicts: Sequence[Verdict]) -> list[str]:
+    """The table's notes: how to read it, which test each kind of claim used, then one line per claim
+    (and group) saying what it did with runs a monitor rule stopped or another rule cut short."""
+    notes = [(
+        "effect = arm − versus, 95% CI (paired claims: over shared seeds, bootstrap; outcome claims: over runs); "
+        "p one-sided in the predicted direction, Holm-adjusted across every claim of this report; "
+        "'inconclusive, ~N seeds needed' = seeds (runs an arm) for 80% power at the observed effect."
+    )]
+    kinds = {v.kind for v in verdicts}
+    if "collapse_rate" in kinds:
+        notes.append("collapse rate: share of runs a monitor rule alerted (or stopped), every run counted; "
+                     "Boschloo's exact test, Newcombe's interval of the difference.")
+    if "time_to_collapse" in kinds:
+        notes.append("time to collapse: steps to the rule's first alert, runs that never collapsed censored at their "
+                     "last step; log-rank test (exact permutation with few runs); effect = difference of the mean "
+                     "steps to collapse up to the common horizon (Kaplan–Meier area), negative = sooner.")
+    if "alert_order" in kinds:
+        notes.append("alert order: among the runs that collapsed, the share in which the first rule alerted before "
+                     "the collapse; exact binomial (sign) test against 1/2, Clopper–Pearson interval.")
+    for v in verdicts:
+        if v.notes:
+            where = f" ({v.group})" if v.group else ""
+            notes.append(f"{v.claim_id}{where}: {v.notes}")
+    return notes
 
 
 def verdicts_as_records(verdicts: Sequence[Verdict]) -> list[dict]:

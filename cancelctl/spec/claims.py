@@ -4,14 +4,19 @@ A claim names one per-run number (`metric`), two arms of the sweep (`arm`, `vers
 direction the paper predicts for arm − versus. `cancelctl.stats.verdicts` judges it per comparison group
 (grid point) from the paired differences over seeds. SPEC.md "Claims" lists the papers' claims;
 the ready-made blocks live in experiments/*.yaml.
+
+Outcome claims (`OUTCOME_KINDS`) read the monitor's alerts instead of a curve: how often an arm's
+runs collapse (a named rule alerted or stopped them), how soon, and whether one rule alerts before
+another ([H] App. D: mismatch grows before entropy and reward collapse); `cancelctl.stats.outcomes`.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, get_args
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
+from cancelctl.spec.monitor import RuleName
 from cancelctl.spec.strict import SpecModel
 
 # training reward, the curve of Prediction 1/2 and Compute@Reward [D eq. 19–21, Table 2]; the
@@ -24,14 +29,30 @@ EVAL_KEYS = "val-core/*/acc/mean_at_*"
 # cancel/energy_b{k} [D eq. 24], whose count K is a backend setting)
 LAST = "{last}"
 
-MetricKind = Literal["final", "steps_to_kappa", "compute_to_kappa", "jitter2", "slope", "late_minus_early", "mean"]
+MetricKind = Literal[
+    "final", "steps_to_kappa", "compute_to_kappa", "jitter2", "slope", "late_minus_early", "mean",
+    "collapse_rate", "time_to_collapse", "alert_order",
+]
 KAPPA_KINDS = ("steps_to_kappa", "compute_to_kappa")
+# a run's monitor alerts make these, not a metric key; their runs are compared unpaired (a rate, a
+# time to an event, an order within runs), so a run a rule stopped is an outcome, not a missing value
+OUTCOME_KINDS = ("collapse_rate", "time_to_collapse", "alert_order")
+# `final` is the evaluation at the end of the budget: a run a rule stopped has none. Every other
+# curve kind is defined on the curve up to the stop (steps/compute to κ: if κ was reached before it).
+NEEDS_WHOLE_RUN = ("final",)
 # arm − versus: higher / lower are directional (one-sided test); not_higher / not_lower are
 # non-inferiority claims and similar an equivalence claim, each within a margin that must be given
 # (no number of seeds can show "no difference at all")
 Direction = Literal["higher", "lower", "not_higher", "not_lower", "similar"]
 MARGIN_DIRECTIONS = ("not_higher", "not_lower", "similar")
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+_RULE_SCHEMA = {"enum": list(get_args(RuleName))}
+# one rule or a list of them; read as a list, so a misspelt rule is one error naming the choices
+RuleNames = Annotated[
+    list[RuleName],
+    BeforeValidator(lambda value: [value] if isinstance(value, str) else value),
+    WithJsonSchema({"anyOf": [_RULE_SCHEMA, {"type": "array", "items": _RULE_SCHEMA, "minItems": 1}]}),
+]
 
 
 class _Strict(SpecModel):
@@ -64,9 +85,31 @@ class ClaimMetric(_Strict):
     compute: Literal["tokens", "updates", "hours"] = Field("tokens", description="compute axis of compute_to_kappa")
     smooth_window: int = Field(1, ge=1, description="steps/compute to kappa: trailing mean over this many points")
     window: float = Field(0.25, gt=0, le=0.5, description="late_minus_early: fraction of the curve at each end")
+    rule: RuleNames | None = Field(
+        None,
+        description=(
+            "collapse_rate / time_to_collapse / alert_order: the monitor rule(s) (spec `monitor:`) whose first "
+            "alert is the run's collapse; a list: the first alert of any of them"
+        ),
+    )
+    first: RuleName | None = Field(
+        None, description="alert_order: the rule predicted to alert before the collapse (e.g. mismatch_growth [H App. D])"
+    )
+    event: Literal["alert", "stop"] = Field(
+        "alert",
+        description=(
+            "collapse_rate / time_to_collapse: a run collapses at the rule's first alert (warn or stop), or only "
+            "where the rule stopped it"
+        ),
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ClaimMetric:
+        if self.kind in OUTCOME_KINDS:
+            self._outcome_fields()
+            return self
+        if self.rule is not None or self.first is not None or self.event != "alert":
+            raise ValueError(f"metric.rule, metric.first and metric.event apply to {' / '.join(OUTCOME_KINDS)} only")
         if self.key is None and self.kind in ("slope", "late_minus_early", "mean"):
             raise ValueError(f"metric.key is required for kind {self.kind!r}")
         if self.kind not in KAPPA_KINDS and (self.kappa is not None or self.smooth_window != 1):
@@ -79,15 +122,47 @@ class ClaimMetric(_Strict):
             raise ValueError("metric.versus_key cannot be combined with a '*' pattern in metric.key")
         return self
 
+    def _outcome_fields(self) -> None:
+        kind = self.kind
+        if self.rule is None or self.rule == []:
+            raise ValueError(f"metric.rule is required for kind {kind!r}: the monitor rule(s) whose alert is the collapse")
+        if self.key is not None or self.versus_key is not None:
+            raise ValueError(f"metric.key and metric.versus_key do not apply to kind {kind!r}: it reads the monitor's alerts")
+        if self.kappa is not None or self.smooth_window != 1 or self.compute != "tokens" or self.window != 0.25:
+            raise ValueError(f"metric.kappa, smooth_window, compute and window do not apply to kind {kind!r}")
+        if kind == "alert_order":
+            if self.first is None:
+                raise ValueError("metric.first is required for kind 'alert_order': the rule predicted to alert first")
+            if self.first in self.rules:
+                raise ValueError(f"metric.first {self.first!r} is also in metric.rule: an order needs two different rules")
+            if self.event != "alert":
+                raise ValueError("metric.event does not apply to kind 'alert_order' (it orders the rules' first alerts)")
+        elif self.first is not None:
+            raise ValueError("metric.first applies to kind 'alert_order' only")
+
+    @property
+    def rules(self) -> list[str]:
+        """The collapse rule(s) of an outcome kind, as a list (empty for curve kinds)."""
+        return list(dict.fromkeys(self.rule or []))
+
     @property
     def resolved_key(self) -> str:
-        """`key`, or the kind's default."""
+        """`key`, or the kind's default; for an outcome kind the rule name(s), '+'-joined."""
+        if self.kind in OUTCOME_KINDS:
+            return "+".join(self.rules)
         if self.key is not None:
             return self.key
         return EVAL_KEYS if self.kind == "final" else REWARD_KEY
 
     @property
     def label(self) -> str:
+        rules = " or ".join(self.rules)
+        if self.kind == "collapse_rate":
+            return f"share of runs {'stopped' if self.event == 'stop' else 'alerted'} by {rules}"
+        if self.kind == "time_to_collapse":
+            return f"steps to the first {rules} {self.event}"
+        if self.kind == "alert_order":
+            return f"{self.first} alert before {rules}"
         what = {
             "final": "final",
             "steps_to_kappa": "steps to κ",
@@ -107,9 +182,20 @@ class ClaimSpec(_Strict):
     source: str = Field(..., min_length=1, description="paper and section, e.g. '[D] §4.5 P3, eq. 22'")
     statement: str = Field(..., min_length=1, description="the claim in one line")
     metric: ClaimMetric
-    direction: Direction = Field(..., description="predicted sign of arm − versus (see MARGIN_DIRECTIONS)")
-    arm: str = Field(..., description="the arm the claim is about")
-    versus: str = Field(..., description="the arm it is compared with (same comparison group, same seeds)")
+    direction: Direction = Field(
+        ...,
+        description=(
+            "predicted sign of arm − versus (see MARGIN_DIRECTIONS); alert_order: higher = `first` alerts before the "
+            "collapse in more than half of the collapsing runs"
+        ),
+    )
+    arm: str | list[str] = Field(
+        ..., description="the arm the claim is about; alert_order: one arm or a list whose runs are pooled"
+    )
+    versus: str | None = Field(
+        None,
+        description="the arm it is compared with (same comparison group, same seeds); required except for alert_order",
+    )
     margin: float | None = Field(
         None, gt=0, description="not_higher / not_lower / similar: largest difference that counts as none, in metric units"
     )
@@ -119,6 +205,19 @@ class ClaimSpec(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> ClaimSpec:
+        kind = self.metric.kind
+        if kind in OUTCOME_KINDS and self.direction not in ("higher", "lower"):
+            raise ValueError(f"claim {self.id!r}: kind {kind!r} takes direction higher or lower, not {self.direction!r}")
+        if kind == "alert_order":
+            if self.versus is not None:
+                raise ValueError(f"claim {self.id!r}: alert_order compares rules within the runs of `arm`; drop versus")
+            if isinstance(self.arm, list) and not self.arm:
+                raise ValueError(f"claim {self.id!r}: arm lists no arm")
+            return self
+        if not isinstance(self.arm, str):
+            raise ValueError(f"claim {self.id!r}: arm is one arm (a list of arms is for alert_order only)")
+        if self.versus is None:
+            raise ValueError(f"claim {self.id!r}: versus is required (the arm the claim compares with)")
         has_margin = (self.margin is not None) + (self.margin_rel is not None)
         if self.direction in MARGIN_DIRECTIONS and has_margin != 1:
             raise ValueError(
@@ -131,6 +230,11 @@ class ClaimSpec(_Strict):
             raise ValueError(f"claim {self.id!r}: arm and versus are both {self.arm!r}; give metric.versus_key")
         return self
 
+    @property
+    def arms(self) -> list[str]:
+        """`arm` as a list (alert_order may pool several)."""
+        return [self.arm] if isinstance(self.arm, str) else list(dict.fromkeys(self.arm))
+
 
 def claims_arm_errors(claims: list[ClaimSpec], arms: list[str]) -> list[str]:
     """Why the claims do not fit the sweep's arms (and duplicate ids), one message per problem."""
@@ -139,8 +243,8 @@ def claims_arm_errors(claims: list[ClaimSpec], arms: list[str]) -> list[str]:
         if claim.id in seen:
             errors.append(f"claims[{index}]: duplicate claim id {claim.id!r}")
         seen.add(claim.id)
-        for field in ("arm", "versus"):
-            name = getattr(claim, field)
+        named = [("arm", name) for name in claim.arms] + ([("versus", claim.versus)] if claim.versus else [])
+        for field, name in named:
             if name not in arms:
                 errors.append(
                     f"claims[{index}] (claim {claim.id!r}): {field} {name!r} is not an arm (arms: {', '.join(arms)})"

@@ -21,8 +21,8 @@ from cancelctl.spec.strict import Strict
 
 # `off` disables a rule (an arm can patch `monitor.<rule>.action: off`; YAML's boolean reads back as `off`).
 Action = Literal["warn", "stop", "off"]
-
-
+# the rules by name, as `MonitorSpec`'s fields and the alerts' `rule` spell them (claims on alerts name them)
+RuleName = Literal["mismatch_growth", "pcc_drop", "entropy_collapse", "reward_collapse", "nonfinite"]
 
 
 class MismatchGrowthRule(Strict):

@@ -10,8 +10,11 @@ file, prints, plots or touches MLflow: the report (`cancelctl.report`) hands the
     frames         the tidy metrics frame split per key, last values, a metric on a compute axis
     compute_match  the compute-matched protocol on logged compute
     evidence       the paired evidence for one claim on one group, per direction
+    rates          how often runs collapse: Boschloo's exact test, Newcombe's interval, the sign test
+    survival       time to collapse: the log-rank test (exact permutation at few runs), restricted mean
+    outcomes       claims on the monitor's alerts: collapse rate, time to collapse, alert order
     verdicts       the claims of a sweep judged per group, Holm across the report
 
-Sources: [D] = shared/papers/000_*.txt (DFPO), SPEC.md "Reports". Where a paper leaves a choice open
+Sources: [D] = shared/papers/000_*.txt (DFPO), [H] = 004_*.txt (App. D: alert order), SPEC.md "Reports". Where a paper leaves a choice open
 the decision is stated in the docstring.
 """

@@ -18,6 +18,12 @@ Decisions, stated once:
   error rate ≤ α.
 - At least MIN_VERDICT_SEEDS shared seeds: the one-sided bootstrap-t rejects a true null ~9% of
   the time at 3 seeds (α 5%; ~5% from 4 up, measured in tests/stats/test_verdicts.py).
+- Outcome claims (collapse rate, time to collapse, alert order) are judged from the monitor's
+  alerts by `outcomes` (exact tests, unpaired) and join the same Holm family.
+- A run a monitor rule stopped counts: a curve claim reads its curve up to the stop (slope,
+  late − early, mean, Jitter2; steps/compute to κ if it reached κ before), `final` has no value for
+  it (left out, and the verdict's note and reason say how many), and the compute-match check of a
+  claim leaves it out (its compute ends at the stop by design).
 - Seeds needed (for every row with ≥ 2 seeds; what an inconclusive row shows): the paired t-test
   planning number (paired.seeds_for_power) for 80% power at the observed distance of the effect
   from the decision boundary (0, or the margin) and the observed sd of d, at level α/m with m the
@@ -31,17 +37,18 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from cancelctl.spec.claims import KAPPA_KINDS, LAST, ClaimMetric, ClaimSpec
+from cancelctl.spec.claims import KAPPA_KINDS, LAST, NEEDS_WHOLE_RUN, OUTCOME_KINDS, ClaimMetric, ClaimSpec
 from cancelctl.stats.compute_match import check_compute_matched
 from cancelctl.stats.crossing import compute_at_reward, steps_to_threshold
 from cancelctl.stats.curves import jitter2, late_minus_early, slope
 from cancelctl.stats.evidence import ALPHA, MIN_VERDICT_SEEDS, POWER, Status, decide, paired_evidence
 from cancelctl.stats.frames import COMPUTE_KEYS, on_compute_axis, split_by_key
+from cancelctl.stats.outcomes import Stop, judge_outcome, planned_seeds
 from cancelctl.stats.paired import MIN_PAIRED_SEEDS, holm_adjust, seeds_for_power
 
 
@@ -78,6 +85,11 @@ class Verdict:
     alpha: float = ALPHA
     seeds_needed: int | None = None  # paired seeds for 80% power at the observed effect and sd, level α/m
     compute_matched: bool = True
+    kind: str = ""  # the claim's metric kind
+    test: str = "paired bootstrap-t"  # the test behind p
+    n_versus: int | None = None  # unpaired (outcome) claims: runs of versus; n_seeds then counts arm's runs
+    event_fraction: float = math.nan  # outcome claims: share of the compared runs that collapsed
+    log_hazard_ratio: float = math.nan  # time_to_collapse: Peto's estimate, arm vs versus
 
     @property
     def judged(self) -> bool:
@@ -98,11 +110,15 @@ def judge_claims(
     token_tol: float = 0.10,
     n_boot: int = 10_000,
     seed: int = 0,
+    alerts: pd.DataFrame | None = None,
+    stops: Mapping[str, Stop] | None = None,
 ) -> list[Verdict]:
     """Judge every claim in every comparison group; Holm-adjust across all judged rows.
 
     runs: the runs the report uses (already filtered, e.g. to FINISHED) with run_id, arm, group,
-    seed, G. metrics: the tidy frame (run_id, step, key, value) or `split_by_key` of it.
+    seed, G — the runs a monitor rule stopped included. metrics: the tidy frame (run_id, step, key,
+    value) or `split_by_key` of it. alerts: the monitor's alerts (run_id, rule, step, action) and
+    stops: run id -> the `Stop` that ended it, for outcome claims and for stopped runs' notes.
     kappa: κ for claims of steps/compute to κ that give none (the report's κ). groups: comparison
     order (default: by the runs' axis.* columns). Arms that are not compute-matched in logged compute
     (`check_compute_matched` on the two arms) are not judged unless `allow_unmatched`.
@@ -114,17 +130,42 @@ def judge_claims(
     runs["group"] = runs["group"].fillna("").astype(str)
     runs["arm"] = runs["arm"].astype(str)
     order = list(groups) if groups is not None else _group_order(runs)
+    stops = dict(stops or {})
+    ends = _last_steps(by_key) if any(c.metric.kind in OUTCOME_KINDS for c in claims) else {}
     rows: list[Verdict] = []
     for claim in claims:
+        if claim.metric.kind in OUTCOME_KINDS:
+            for group in order:
+                base = _base_verdict(claim, claim.metric.resolved_key, claim.metric.resolved_key, group)
+                in_group = runs[runs["group"] == group]
+                rows.append(judge_outcome(claim, group, in_group, alerts, stops, ends, base, min_seeds, by_key.keys()))
+            continue
         for key, versus_key in _resolve_keys(claim.metric, by_key):
             for group in order:
                 rows.append(
                     _judge_one(
                         claim, key, versus_key, group, runs, by_key, kappa, min_seeds,
-                        allow_unmatched, token_tol, n_boot, seed,
+                        allow_unmatched, token_tol, n_boot, seed, stops,
                     )
                 )
     return _with_holm(rows, alpha, power, min_seeds)
+
+
+def _last_steps(by_key: dict[str, pd.DataFrame]) -> dict[str, float]:
+    """run id -> its last logged step over every key (where a run that never collapsed is censored)."""
+    ends: dict[str, float] = {}
+    for part in by_key.values():
+        for run_id, step in part.groupby("run_id")["step"].max().items():
+            ends[str(run_id)] = max(ends.get(str(run_id), -math.inf), float(step))
+    return ends
+
+
+def _base_verdict(claim: ClaimSpec, key: str, versus_key: str, group: str) -> Verdict:
+    label = claim.metric.label.replace(claim.metric.resolved_key, key, 1)  # a '*' or {last} key, resolved
+    return Verdict(
+        claim.id, claim.source, claim.statement, label, key, versus_key, claim.direction,
+        ", ".join(claim.arms), claim.versus or "", group, "cannot judge", kind=claim.metric.kind,
+    )
 
 
 def _with_holm(rows: list[Verdict], alpha: float, power: float, min_seeds: int) -> list[Verdict]:
@@ -138,7 +179,10 @@ def _with_holm(rows: list[Verdict], alpha: float, power: float, min_seeds: int) 
     with_evidence = [i for i, v in enumerate(out) if math.isfinite(v.distance)]
     level = alpha / max(1, len(with_evidence))
     for i in with_evidence:
-        needed = seeds_for_power(out[i].distance, out[i].sd, alpha=level, power=power)
+        if out[i].kind in OUTCOME_KINDS:
+            needed = planned_seeds(out[i].kind, out[i], level, power)
+        else:
+            needed = seeds_for_power(out[i].distance, out[i].sd, alpha=level, power=power)
         out[i] = replace(out[i], seeds_needed=None if needed is None else max(needed, min_seeds))
     return out
 
@@ -179,30 +223,40 @@ def _group_order(runs: pd.DataFrame) -> list[str]:
 def _judge_one(
     claim: ClaimSpec, key: str, versus_key: str, group: str, runs: pd.DataFrame,
     by_key: dict[str, pd.DataFrame], kappa: float | None, min_seeds: int,
-    allow_unmatched: bool, token_tol: float, n_boot: int, seed: int,
+    allow_unmatched: bool, token_tol: float, n_boot: int, seed: int, stops: Mapping[str, Stop],
 ) -> Verdict:
-    label = claim.metric.label.replace(claim.metric.resolved_key, key, 1)  # a '*' or {last} key, resolved
-    base = Verdict(
-        claim.id, claim.source, claim.statement, label, key, versus_key, claim.direction,
-        claim.arm, claim.versus, group, "cannot judge",
-    )
+    base = _base_verdict(claim, key, versus_key, group)
     in_group = runs[runs["group"] == group]
     sides = {}
     for arm in dict.fromkeys((claim.arm, claim.versus)):
         if not (in_group["arm"] == arm).any():
             return replace(base, reason=f"arm {arm!r} has no runs in this group")
+    notes, no_value = [], 0
     for side, arm, side_key in (("arm", claim.arm, key), ("versus", claim.versus, versus_key)):
         if side_key not in by_key:
             return replace(base, reason=f"not logged: {side_key}")
         arm_runs = in_group[in_group["arm"] == arm]
-        values, problem = _per_run(claim.metric, side_key, arm_runs, by_key, kappa)
+        if side == "versus" and arm == claim.arm:
+            stopped_note = ""  # the same runs, already said
+        else:
+            stopped_note, dropped = _stopped_note(claim.metric, arm, arm_runs, stops)
+            no_value += dropped
+        if claim.metric.kind in NEEDS_WHOLE_RUN:
+            arm_runs = arm_runs[~arm_runs["run_id"].astype(str).isin(list(stops))]
+        values, problem, cut_short = _per_run(claim.metric, side_key, arm_runs, by_key, kappa, stops) \
+            if not arm_runs.empty else (pd.Series(dtype=float), "", [])
+        notes += [stopped_note] if stopped_note else []
+        if cut_short:
+            no_value += len(cut_short)
+            notes.append(f"{len(cut_short)} of them stopped too early for a {claim.metric.kind} value of {side_key} "
+                         "(too few points before the stop): left out here")
         if problem:
-            return replace(base, reason=problem)
+            return replace(base, reason=problem, notes="; ".join(notes))
         sides[side] = values
-    notes = []
     compute_matched = True
     if claim.arm != claim.versus:
         pair_runs = in_group[in_group["arm"].isin([claim.arm, claim.versus])]
+        pair_runs = pair_runs[~pair_runs["run_id"].astype(str).isin(list(stops))]  # their compute ends at the stop
         violations = check_compute_matched(pair_runs, by_key, tol=token_tol)
         if violations:
             compute_matched = False
@@ -220,33 +274,52 @@ def _judge_one(
         margin = claim.margin_rel * abs(float(v.mean())) if v.size else math.nan
     base = replace(base, n_seeds=int(shared.size), compute_matched=compute_matched, notes="; ".join(notes),
                    margin=margin if claim.direction in ("not_higher", "not_lower", "similar") else math.nan)
+    without = f"; {no_value} stopped run(s) have no {claim.metric.kind} value" if no_value else ""
     if shared.size < 2:
-        return replace(base, reason=f"{shared.size} shared seed(s); need ≥ {min_seeds}")
+        return replace(base, reason=f"{shared.size} shared seed(s); need ≥ {min_seeds}{without}")
     ev = paired_evidence(x, v, claim.direction, margin, n_boot=n_boot, seed=seed)
     base = replace(
         base, arm_mean=float(x.mean()), versus_mean=float(v.mean()), effect=ev.effect, ci_lo=ev.ci_lo,
         ci_hi=ev.ci_hi, sd=ev.sd, distance=ev.distance,
     )
     if shared.size < min_seeds:
-        return replace(base, reason=f"{shared.size} shared seeds; a verdict needs ≥ {min_seeds}")
+        return replace(base, reason=f"{shared.size} shared seeds; a verdict needs ≥ {min_seeds}{without}")
     return replace(base, status="inconclusive", p=ev.p_for, p_against=ev.p_against)
 
 
+def _stopped_note(metric: ClaimMetric, arm: str, arm_runs: pd.DataFrame, stops: Mapping[str, Stop]) -> tuple[str, int]:
+    """What the claim did with the arm's runs a monitor rule stopped, and how many it had to leave out."""
+    hit = [(seed, stops[str(r)]) for r, seed in zip(arm_runs["run_id"], arm_runs["seed"]) if str(r) in stops]
+    if not hit:
+        return "", 0
+    which = ", ".join(f"seed {seed} ({stop.rule} at step {stop.step})" for seed, stop in sorted(hit, key=lambda h: h[0]))
+    if metric.kind in NEEDS_WHOLE_RUN:
+        return (f"{len(hit)} of {len(arm_runs)} run(s) of {arm!r} stopped by a monitor rule have no {metric.kind} "
+                f"value (stopped before the end of the budget): {which} — left out here; their stop is an outcome "
+                "for the collapse claims", len(hit))
+    return f"{len(hit)} of {len(arm_runs)} run(s) of {arm!r} stopped by a monitor rule, used up to the stop: {which}", 0
+
+
 def _per_run(
-    metric: ClaimMetric, key: str, arm_runs: pd.DataFrame, by_key: dict[str, pd.DataFrame], kappa: float | None
-) -> tuple[pd.Series, str]:
-    """seed -> value for the arm's runs (a seed may repeat), or the reason there is none."""
+    metric: ClaimMetric, key: str, arm_runs: pd.DataFrame, by_key: dict[str, pd.DataFrame], kappa: float | None,
+    stops: Mapping[str, Stop] | None = None,
+) -> tuple[pd.Series, str, list[str]]:
+    """seed -> value for the arm's runs (a seed may repeat), or the reason there is none; and the
+    runs a monitor rule stopped too early for a value (no or too few points before the stop), left
+    out rather than failing the claim."""
+    stops = stops or {}
+    none = pd.Series(dtype=float)
     points = by_key[key]
     points = points[points["run_id"].isin(arm_runs["run_id"])]
     if points.empty:
-        return pd.Series(dtype=float), f"not logged for arm {arm_runs['arm'].iloc[0]!r}: {key}"
+        return none, f"not logged for arm {arm_runs['arm'].iloc[0]!r}: {key}", []
     threshold = metric.kappa if metric.kappa is not None else kappa
     if metric.kind in KAPPA_KINDS and threshold is None:
-        return pd.Series(dtype=float), "no κ: give metric.kappa in the claim or the report's threshold"
+        return none, "no κ: give metric.kappa in the claim or the report's threshold", []
     if metric.kind == "compute_to_kappa":
         compute_key = COMPUTE_KEYS[metric.compute]
         if compute_key not in by_key:
-            return pd.Series(dtype=float), f"not logged: {compute_key}"
+            return none, f"not logged: {compute_key}", []
         points = on_compute_axis(points, by_key[compute_key])
     reduce = _reducer(metric, threshold)
     seeds = dict(zip(arm_runs["run_id"], arm_runs["seed"]))
@@ -261,15 +334,20 @@ def _per_run(
             not_reached.append(run_id)
             continue
         values[run_id] = value
-    def names(run_ids: list[str]) -> str:
-        return ", ".join(f"seed {s}" for s in sorted(seeds[r] for r in run_ids))
 
+    def names(run_ids: list[str]) -> str:
+        stopped_at = {r: f" (stopped at step {stops[str(r)].step})" for r in run_ids if str(r) in stops}
+        return ", ".join(f"seed {seeds[r]}{stopped_at.get(r, '')}" for r in sorted(run_ids, key=lambda r: seeds[r]))
+
+    logged = set(points["run_id"])
+    cut_short = [r for r in seeds if str(r) in stops and (r in too_short or r not in logged)]
+    too_short = [r for r in too_short if r not in cut_short]
     if not_reached:  # censored: the paired difference is unknown, never a number
         arm = arm_runs["arm"].iloc[0]
-        return pd.Series(dtype=float), f"arm {arm!r}: {names(not_reached)} never reached κ = {threshold:.4g}"
+        return none, f"arm {arm!r}: {names(not_reached)} never reached κ = {threshold:.4g}", cut_short
     if too_short:
-        return pd.Series(dtype=float), f"arm {arm_runs['arm'].iloc[0]!r}: too few points of {key} ({names(too_short)})"
-    return pd.Series(list(values.values()), index=[seeds[r] for r in values], dtype=float), ""
+        return none, f"arm {arm_runs['arm'].iloc[0]!r}: too few points of {key} ({names(too_short)})", cut_short
+    return pd.Series(list(values.values()), index=[seeds[r] for r in values], dtype=float), "", cut_short
 
 
 def _reducer(metric: ClaimMetric, kappa: float | None) -> Callable[[pd.DataFrame], float | None]:

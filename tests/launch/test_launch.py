@@ -413,7 +413,15 @@ def test_a_run_stopped_by_a_rule_is_stopped_kept_and_only_retried_when_asked(tmp
     from cancelctl.tracking.tags import STOPPED_AT_STEP_TAG, STOPPED_BY_TAG
 
     arms = {"grpo": {"algorithm": {"loss": "grpo"}}, "gspo": STOPPING_ARM}
-    sweep = load_sweep(write_sweep(tmp_path, "stops", arms=arms, seeds=(0,), steps=6), allow_unmatched=True)
+    claims = [  # the claims see the stopped run: its curve up to the stop, its stop as an outcome
+        {"id": "entropy-falls", "source": "t", "statement": "s", "metric": {"kind": "mean", "key": "actor/entropy"},
+         "direction": "lower", "arm": "gspo", "versus": "grpo"},
+        {"id": "collapses", "source": "t", "statement": "s",
+         "metric": {"kind": "collapse_rate", "rule": "entropy_collapse", "event": "stop"},
+         "direction": "higher", "arm": "gspo", "versus": "grpo"},
+    ]
+    sweep = load_sweep(write_sweep(tmp_path, "stops", arms=arms, seeds=(0,), steps=6, claims=claims),
+                       allow_unmatched=True)
     ok, stopped = (r.run_id for r in sweep.runs)
     first = launch_sweep(sweep, workdir=workdir, executor="debug")
     assert first.ok and sorted(first.submitted) == sorted([ok, stopped])
@@ -451,6 +459,11 @@ def test_a_run_stopped_by_a_rule_is_stopped_kept_and_only_retried_when_asked(tmp
     used = {str(r) for t in report.tables if t.name != "alerts" and "run_id" in t.data for r in t.data["run_id"]}
     assert stopped not in used and ok in used
     assert "## Alerts" in (tmp_path / "report" / "report.md").read_text()
+    verdicts = tables["claims"].data.set_index("claim_id")  # one seed: no verdict, but the stopped run is in
+    assert verdicts.loc["entropy-falls", "n_seeds"] == 1
+    assert "1 of 1 run(s) of 'gspo' stopped by a monitor rule, used up to the stop: seed 0 (entropy_collapse at step 2)" \
+        in verdicts.loc["entropy-falls", "notes"]
+    assert (verdicts.loc["collapses", "arm_mean"], verdicts.loc["collapses", "versus_mean"]) == (1.0, 0.0)
     included = report_sweep(workdir, sweep.name, baseline="grpo", out=tmp_path / "report2", allow_unmatched=True,
                             include_stopped=True)
     used = {str(r) for t in included.tables if t.name != "alerts" and "run_id" in t.data for r in t.data["run_id"]}

@@ -39,6 +39,12 @@ SHIPPED = {  # file -> claim sources it must carry (paper, section)
     "variance-noise": ["[H] §5.1"],
     "clip-strength": ["[H] §4.3"],
     "batching": ["[C] §4", "Fig. 1(c)"],
+    "lab-claims-mismatch": ["[H] §4.4", "App. B.2", "[H] §5.1", "[H] App. D"],
+    "lab-claims-dfpo": ["Prediction 1", "Prediction 3", "eq. 23", "Corollary 3.2", "eq. 74"],
+}
+OUTCOME_CLAIMS = {  # file -> the outcome kinds its claims must include (the papers' collapse claims)
+    "lab-claims-mismatch": {"collapse_rate", "time_to_collapse", "alert_order"},
+    "lab-claims-dfpo": {"collapse_rate", "time_to_collapse"},
 }
 
 
@@ -102,6 +108,58 @@ def test_inconsistent_claims_are_rejected(kw, message):
         make(**kw)
 
 
+OUTCOME = {"kind": "collapse_rate", "rule": "entropy_collapse"}
+ORDER = {"kind": "alert_order", "rule": ["entropy_collapse", "reward_collapse"], "first": "mismatch_growth"}
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        ({"metric": {"kind": "collapse_rate"}}, "metric.rule is required for kind 'collapse_rate'"),
+        ({"metric": {**OUTCOME, "key": "actor/entropy"}}, "metric.key and metric.versus_key do not apply"),
+        ({"metric": {**OUTCOME, "window": 0.1}}, "do not apply to kind 'collapse_rate'"),
+        ({"metric": {**OUTCOME, "first": "mismatch_growth"}}, "metric.first applies to kind 'alert_order' only"),
+        ({"metric": {"kind": "mean", "key": "k", "rule": "entropy_collapse"}}, "apply to collapse_rate"),
+        ({"metric": {"kind": "final", "event": "stop"}}, "apply to collapse_rate"),
+        ({"metric": OUTCOME, "direction": "similar", "margin": 0.1}, "takes direction higher or lower"),
+        ({"metric": ORDER}, "drop versus"),
+        ({"metric": {**ORDER, "first": "entropy_collapse"}, "versus": None}, "also in metric.rule"),
+        ({"metric": {**ORDER, "event": "stop"}, "versus": None}, "metric.event does not apply"),
+        ({"metric": {"kind": "alert_order", "rule": "entropy_collapse"}, "versus": None}, "metric.first is required"),
+        ({"metric": OUTCOME, "versus": None}, "versus is required"),
+        ({"metric": OUTCOME, "arm": ["a", "b"]}, "a list of arms is for alert_order only"),
+        ({"metric": {**OUTCOME, "rule": "entropy"}}, "Input should be 'mismatch_growth'"),
+    ],
+)
+def test_inconsistent_outcome_claims_are_rejected(kw, message):
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make(**kw)
+
+
+def test_outcome_claims_read_one_rule_or_several():
+    rate = make(metric={**OUTCOME, "event": "stop"})
+    assert rate.metric.rules == ["entropy_collapse"] and rate.metric.label == "share of runs stopped by entropy_collapse"
+    order = make(metric=ORDER, arm=["a", "b"], versus=None)
+    assert order.arms == ["a", "b"] and order.metric.resolved_key == "entropy_collapse+reward_collapse"
+    assert order.metric.label == "mismatch_growth alert before entropy_collapse or reward_collapse"
+    time = make(metric={"kind": "time_to_collapse", "rule": "entropy_collapse"}, direction="lower")
+    assert time.metric.label == "steps to the first entropy_collapse alert"
+
+
+def test_a_misspelt_rule_points_at_its_line_and_names_the_rules(write_yaml):
+    text = BASE.replace("metric: {kind: final}", "metric: {kind: collapse_rate, rule: [entropy_collapse, entropy]}")
+    [issue] = issues_of(write_yaml(text))
+    assert issue.location.line == 13 and issue.path == "claims[0].metric.rule[1]"
+    assert "'entropy_collapse'" in issue.message and "'entropy'" in issue.message
+
+
+def test_an_alert_order_arm_list_is_checked_against_the_arms(write_yaml):
+    text = BASE.replace("metric: {kind: final}", "metric: {kind: alert_order, rule: entropy_collapse, first: pcc_drop}")
+    text = text.replace("    arm: b\n    versus: a\n", "    arm: [b, c]\n")
+    [issue] = issues_of(write_yaml(text))
+    assert "claim 'b-better'" in issue.message and "arm 'c' is not an arm" in issue.message
+
+
 def test_margin_claims_and_same_arm_with_versus_key_are_valid():
     assert make(direction="not_lower", margin=0.01).margin == 0.01
     flip = make(arm="a", versus="a", direction="similar", margin_rel=0.1,
@@ -115,6 +173,12 @@ def test_shipped_files_carry_the_papers_claims(name):
     sources = " | ".join(c.source for c in sweep.spec.claims)
     for wanted in SHIPPED[name]:
         assert wanted in sources, f"{name}.yaml lacks a claim from {wanted}"
+
+
+@pytest.mark.parametrize("name", sorted(OUTCOME_CLAIMS))
+def test_shipped_lab_files_carry_the_collapse_claims(name):
+    kinds = {c.metric.kind for c in load_sweep(EXPERIMENTS / f"{name}.yaml").spec.claims}
+    assert kinds >= OUTCOME_CLAIMS[name]
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
