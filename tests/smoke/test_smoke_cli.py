@@ -1,14 +1,15 @@
 """`cancelctl smoke` end to end: `cancelctl data prepare chain_sum`, then one smoke of a CI-sized sweep
 whose arms have the shapes of the shipped experiments beyond README's gspo-vs-dfpo example (which
 tests/test_readme.py smokes and sweeps): group-size (dfpo at another G), batching (reward_balanced),
-delta-injection (GSPO with δ and TIS) — one arm per checkpoint family (verl's own trainer order, the
-whole-group order, the reward-balanced sampler), so each resumes — beside arms with a planted error
+delta-injection (GSPO with δ and TIS), all keeping whole groups as the shipped experiments do: two
+checkpoint families (the whole-group trainer, the reward-balanced sampler), so two resumes (verl's own
+trainer order resumes in tests/slurm/test_verl_e2e.py's requeue) — beside arms with a planted error
 each: a template key verl does not have, a micro-batch that would split DFPO's groups, a tokenizer
 with no chat template, a reward that returns None, and a reward that raises only inside verl's run.
 Real `main_ppo` jobs through the local executor, on the test's tiny Qwen2 (tiny_verl.py; its
 tokenizer is the "model's own"); no network.
 
-One smoke for all of it, because each verl job costs ~1 CPU-minute of start-up: 3 step-1 jobs, 3
+One smoke for all of it, because each verl job costs ~1 CPU-minute of start-up: 3 step-1 jobs, 2
 resumes and one job that fails at its first reward.
 """
 
@@ -77,6 +78,7 @@ def smoked(tmp_path_factory):
             "rollout": {"G": 4},
             "budget": {"steps": 300, "prompts_per_step": 128},
             "eval": {"every": 20, "k": 8},
+            "batching": {"strategy": "query_preserved"},
             "cluster": {"partition": "gpu", "gpus_per_node": 8},
         },
         "arms": {
@@ -114,8 +116,8 @@ def test_every_shape_passes_with_a_checkpoint_and_a_resume(smoked):
     assert result.returncode == 2, result.stdout + result.stderr  # the planted arms are bad input
     for arm in SHAPES:
         assert arm in rows and rows[arm].split()[1] == "ok", result.stdout
-    for arm in SHAPES:  # three checkpoint families: each resumes from its own step-1 checkpoint
-        assert "resumed at step 2" in rows[arm], result.stdout
+    assert "resumed at step 2" in rows["dfpo-g2"] and "resumed at step 2" in rows["reward-balanced"], result.stdout
+    assert "resume checked on dfpo-g2" in rows["gspo-delta-tis"], result.stdout  # same family: whole groups
 
 
 def test_each_planted_error_gives_its_own_one_line_cause(smoked):
