@@ -139,4 +139,4 @@ def test_every_verl_experiment_names_data_that_data_prepare_makes_and_says_how()
         assert command[:3] == ["cancelctl", "data", "prepare"], (path.name, line)
         assert set(command[3:]) == {m[0] for m in made.values()}, (path.name, line)
         checked += 1
-    assert checked == 6
+    assert checked == 7  # group-size, dfpo-vs-gspo, batching, delta-injection, clip-strength, variance-noise, first-verl
