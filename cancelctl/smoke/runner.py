@@ -236,7 +236,7 @@ def _launch(cases: list[_Case], which: str, work: Path, executor: str, say: Prog
         if state is None or state.state.lower() not in ("completed", "stopped"):
             reason = launched.errors.get(job.run_id) or (state.reason if state else "") or "did not run"
             case.row.status = FAILED
-            case.row.cause = f"{'step 1' if which == 'first' else 'resumed step 2'}: {_first_line(job, work, reason)}"
+            case.row.cause = f"{'step 1' if which == 'first' else 'resumed step 2'}: {job_error_line(job, work, reason)}"
         elif state.state.lower() == "stopped":  # a monitor stop rule fired: the spec's rules work
             case.row.note = f"stopped by a monitor rule ({state.reason or 'see alerts.jsonl'}); not resumed"
 
@@ -301,7 +301,7 @@ _VERL_EXIT = re.compile(r"^RuntimeError: verl exited with status -?\d+: ")
 _RUN_SUFFIX = re.compile(r" \(run [^;()]+; log: [^()]*\)$")
 
 
-def _first_line(job: RunSpec, work: Path, reason: str) -> str:
+def job_error_line(job: RunSpec, work: Path, reason: str) -> str:
     """The job's own first error cause (error.txt), else the state's reason, in one line."""
     from cancelctl.jobs.outcome import read_error
 

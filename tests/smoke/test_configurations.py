@@ -118,3 +118,22 @@ def test_a_slurm_smoke_goes_to_the_partition_asked_for(tmp_path):
     smoke = smoke_run(run, sweep="s.smoke-1", model=Path("/m"), train_files=["/t.parquet"], val_files=[], steps=2,
                       executor="slurm", partition="cpu", launch_dir=Path("/l"))
     assert smoke.spec.executor == "slurm" and smoke.spec.cluster.partition == "cpu" and smoke.spec.cluster.gpus_per_node == 0
+
+
+def test_a_job_that_fails_inside_verl_shows_its_workers_own_line(tmp_path):
+    """What the smoke's row says of a step-1 job whose reward raised in verl's reward worker: the
+    worker's exception from error.txt as the job wrote it, without the job and verl-exit wrapping (the
+    real failure reaching error.txt is tests/slurm/test_verl_e2e.py's bad-reward run)."""
+    from cancelctl.jobs.outcome import write_error
+    from cancelctl.smoke.runner import _run_dir, job_error_line
+
+    job = distinct_configurations(sweep_of(tmp_path, {"gspo": {}}))[0]
+    run_dir = _run_dir(tmp_path / "work", job)
+    run_dir.mkdir(parents=True)
+    try:
+        raise RuntimeError(f"verl exited with status 1: ValueError: planted: cannot score 'abc' (run {job.name}; "
+                           "log: job stderr)")
+    except RuntimeError:
+        write_error(run_dir, "FAILED")
+    assert job_error_line(job, tmp_path / "work", "the state's reason") == "ValueError: planted: cannot score 'abc'"
+    assert job_error_line(job, tmp_path / "elsewhere", "the state's reason") == "the state's reason"
