@@ -112,7 +112,7 @@ def report(
     ),
     workdir: Optional[Path] = WorkdirOpt,
 ) -> None:
-    """Compute-matched comparison tables, bootstrap CIs, paired tests, Compute@Reward, Jitter2, claims' verdicts, plots."""
+    """Compute-matched tables, Student's t CIs, paired tests, Compute@Reward, Jitter2, claims' verdicts, plots."""
     from cancelctl.report.sweep_report import report_sweep
 
     try:

@@ -1,4 +1,4 @@
-"""Sweep report: compute-matched tables, bootstrap statistics, Compute@Reward, Jitter2, plots.
+"""Sweep report: compute-matched tables, intervals and tests over seeds, Compute@Reward, Jitter2, plots.
 
 What each table means: SPEC.md "Reports" and [D] §4.5, §5, Tables 1–4. The numbers come from
 `cancelctl.stats`; this package selects, groups, formats and writes. Modules, in data order:

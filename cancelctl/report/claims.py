@@ -92,7 +92,7 @@ def claims_notes(verdicts: Sequence[Verdict]) -> list[str]:
     """The table's notes: how to read it, which test each kind of claim used, then one line per claim
     (and group) saying what it did with runs a monitor rule stopped or another rule cut short."""
     notes = [(
-        "effect = arm − versus, 95% CI (paired claims: over shared seeds, bootstrap; outcome claims: over runs); "
+        "effect = arm − versus, 95% CI (paired claims: Student's t over shared seeds; outcome claims: over runs); "
         "p one-sided in the predicted direction, Holm-adjusted across every claim of this report; "
         "'inconclusive, ~N seeds needed' = seeds (runs an arm) for 80% power at the observed effect."
     )]

@@ -1,7 +1,8 @@
-"""The report's plots: reward vs compute with bootstrap bands, Compute@Reward bars, mechanisms vs step.
+"""The report's plots: reward vs compute with 95% bands, Compute@Reward bars, mechanisms vs step.
 
 matplotlib's object API (Figure, no pyplot): Agg canvas, no global backend state, thread-safe.
-Bands come from `cancelctl.stats.intervals.band_on_grid`; the bars read the Compute@Reward tables.
+Bands come from `cancelctl.stats.intervals.band_on_grid` (pointwise Student's t, the tables' interval); the bars
+read the Compute@Reward tables.
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ def _grid_of_axes(n_panels: int, n_cols: int, width: float, height: float):
     return fig, fig.subplots(n_rows, n_cols, squeeze=False)
 
 
-def _band(ax, sweep: PreparedSweep, points: pd.DataFrame, arm: str, color: str, n_grid: int) -> bool:
-    """Mean across the arm's seeds with the bootstrap band; points: run_id, x, value (one group)."""
+def _band(ax, points: pd.DataFrame, arm: str, color: str, n_grid: int) -> bool:
+    """Mean across the arm's seeds with the Student's t band; points: run_id, x, value (one group)."""
     curves = [(p["x"].to_numpy(float), p["value"].to_numpy(float)) for _, p in points.groupby("run_id", sort=False)]
     if not curves:
         return False
     try:
-        grid, mean, lo, hi = intervals.band_on_grid(curves, n_grid=n_grid, n_boot=1_000, seed=sweep.seed)
+        grid, mean, lo, hi = intervals.band_on_grid(curves, n_grid=n_grid)
     except ValueError:
         return False
     ax.plot(grid, mean, color=color, lw=1.6, label=f"{arm} (n={len(curves)})")
@@ -51,7 +52,7 @@ def _band(ax, sweep: PreparedSweep, points: pd.DataFrame, arm: str, color: str, 
 
 
 def plot_reward_vs_compute(sweep: PreparedSweep, report: Report, path: Path) -> Path | None:
-    """Training reward vs cumulative compute, mean and 95% bootstrap band across seeds, per group."""
+    """Training reward vs cumulative compute, mean and pointwise 95% Student's t band across seeds, per group."""
     compute_key = COMPUTE_KEYS[report.compute]
     if not (sweep.has(report.metric) and sweep.has(compute_key)):
         return None
@@ -62,7 +63,7 @@ def plot_reward_vs_compute(sweep: PreparedSweep, report: Report, path: Path) -> 
     for ax, group in zip(axes.flat, sweep.groups):
         in_group = points[points["group"] == group]
         for arm in sweep.arms:
-            _band(ax, sweep, in_group[in_group["arm"] == arm], arm, colors[arm], 120)
+            _band(ax, in_group[in_group["arm"] == arm], arm, colors[arm], 120)
         if report.kappa is not None:
             ax.axhline(report.kappa, color="0.4", ls="--", lw=1, label=f"κ = {report.kappa:.3g}")
         ax.set(title=group or report.sweep, xlabel=COMPUTE_LABELS[report.compute], ylabel=report.metric)
@@ -70,7 +71,7 @@ def plot_reward_vs_compute(sweep: PreparedSweep, report: Report, path: Path) -> 
         ax.legend(fontsize=7, loc="lower right")
     for ax in list(axes.flat)[len(sweep.groups):]:
         ax.set_visible(False)
-    fig.suptitle("Training reward vs compute (mean, 95% bootstrap band over seeds)", fontsize=10)
+    fig.suptitle("Training reward vs compute (mean, pointwise 95% Student's t band over seeds)", fontsize=10)
     fig.savefig(path, dpi=100)
     return path
 
@@ -93,12 +94,13 @@ def plot_mechanisms_vs_step(sweep: PreparedSweep, report: Report, path: Path) ->
             in_group = points[key][points[key]["group"] == group]
             n_steps = max(3, min(200, in_group["step"].nunique()))
             for arm in sweep.arms:
-                _band(ax, sweep, in_group[in_group["arm"] == arm], arm, colors[arm], n_steps)
+                _band(ax, in_group[in_group["arm"] == arm], arm, colors[arm], n_steps)
             ax.set(title=f"{key}" + (f" — {group}" if group else ""), xlabel="step")
             ax.title.set_fontsize(9)
             ax.grid(alpha=0.3)
             if row == 0 and col == 0:
                 ax.legend(fontsize=7)
+    fig.suptitle("Mechanism metrics vs step (mean, pointwise 95% Student's t band over seeds)", fontsize=10)
     fig.savefig(path, dpi=100)
     return path
 

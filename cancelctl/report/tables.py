@@ -2,7 +2,7 @@
 matching [D §5], final scores [D Table 1], Jitter2 [D eq. 20, 21], Δ per group size [D Table 4]
 and the mechanism summary [D §6.1], and `build_tables`, which makes every table in report order.
 
-Each number is computed by the function of `cancelctl.stats` named after it (bootstrap_ci,
+Each number is computed by the function of `cancelctl.stats` named after it (student_t_ci,
 paired_bootstrap_test, jitter2, slope, ratio_to_baseline); this module selects, groups and formats.
 """
 
@@ -38,6 +38,8 @@ from cancelctl.stats import compute_match, crossing, curves, frames, intervals, 
 from cancelctl.stats.compute_match import ComputeViolation
 
 SUMMARY_COLUMNS = ["n_seeds", "mean", "ci_lo", "ci_hi", "delta_vs_baseline", "p_value", "n_paired"]
+# under every table that shows a mean [95% CI] over seeds (`intervals.student_t_ci`)
+CI_NOTE = "95% CI: Student's t over seeds, mean ± t(0.975, n−1)·sd/√n"
 
 
 def build_tables(
@@ -65,7 +67,7 @@ def build_tables(
 
 
 def arm_summary(sweep: PreparedSweep, values: pd.DataFrame, compare: bool = True) -> pd.DataFrame:
-    """Per (group, arm): n seeds, mean with bootstrap CI over seeds and, vs the baseline of the same
+    """Per (group, arm): n seeds, mean with Student's t CI over seeds and, vs the baseline of the same
     group, the paired difference and its p-value over shared seeds. `values`: group, arm, seed,
     value; repeated runs of one seed are averaged first."""
     per_seed = values.groupby(["group", "arm", "seed"])["value"].mean()
@@ -79,7 +81,7 @@ def arm_summary(sweep: PreparedSweep, values: pd.DataFrame, compare: bool = True
             if arm not in in_group.index.get_level_values(0):
                 continue
             seeds = in_group.loc[arm]
-            interval = intervals.bootstrap_ci(seeds.to_numpy(), n_boot=sweep.n_boot, seed=sweep.seed)
+            interval = intervals.student_t_ci(seeds.to_numpy())
             row = {"group": group, "arm": arm, "n_seeds": interval.n}
             row.update(mean=interval.mean, ci_lo=interval.lo, ci_hi=interval.hi)
             if compare:
@@ -183,8 +185,7 @@ def final_score_table(sweep: PreparedSweep) -> ReportTable:
         "p (paired)": _p_texts(sweep, data),
     })
     notes = [
-        "95% CI: expanded-percentile bootstrap over seeds; "
-        "p: two-sided paired bootstrap-t over seeds shared with the baseline."
+        f"{CI_NOTE}; p: two-sided paired bootstrap-t over seeds shared with the baseline."
     ]
     return ReportTable("final_scores", title, data, sweep.readable(display), notes)
 
@@ -216,7 +217,8 @@ def jitter2_table(sweep: PreparedSweep, keys: list[str]) -> ReportTable:
         f"vs {sweep.baseline}": [fmt_ratio(r) if np.isfinite(r) else "—" for r in data["ratio_vs_baseline"]],
         "p (paired)": _p_texts(sweep, data),
     })
-    notes = [f"not logged: {k}" for k in keys if k not in logged]
+    notes = [f"{CI_NOTE}; p: two-sided paired bootstrap-t over seeds shared with the baseline."]
+    notes += [f"not logged: {k}" for k in keys if k not in logged]
     return ReportTable("jitter2", title, data, sweep.readable(display), notes)
 
 
@@ -308,7 +310,7 @@ def mechanism_table(sweep: PreparedSweep) -> ReportTable:
             row = {"group": group, "arm": arm}
             row.update({m.label: cells.get((group, arm, m.label), "—") for m in logged})
             display_rows.append(row)
-    notes = [", ".join(f"{m.label} = {m.key} {m.source}" for m in logged) + "; mean [95% CI] over seeds."]
+    notes = [", ".join(f"{m.label} = {m.key} {m.source}" for m in logged) + "; mean [95% CI] over seeds.", CI_NOTE]
     notes += [f"not logged: {key}" for key in missing]
     return ReportTable("mechanisms", title, data, sweep.readable(pd.DataFrame(display_rows)), notes)
 

@@ -3,7 +3,7 @@ dataclasses out, as rliable), each with its own tests in tests/stats. Nothing he
 file, prints, plots or touches MLflow: the report (`cancelctl.report`) hands them what it collected.
 
     samples        the input conventions: finite 1-d values, a seed for resampling
-    intervals      bootstrap CIs over seeds (expanded percentile), the band of a mean curve
+    intervals      Student's t CIs over seeds (the bootstrap's kept to compare), the band of a mean curve
     paired         the paired bootstrap-t test, Holm's adjustment, seeds needed for a power
     crossing       Compute@Reward=κ and steps to κ: where a curve first reaches a threshold
     curves         the shape of a curve: Jitter2, slope, late − early

@@ -1,5 +1,5 @@
 """The paired evidence for one claim on one comparison group, before multiplicity correction: the
-effect arm − versus over seeds with its bootstrap CI, and the one-sided p-values of the test that
+effect arm − versus over seeds with its Student's t CI, and the one-sided p-values of the test that
 would support the claim and of the one that would contradict it, per direction (higher / lower,
 non-inferiority, equivalence by TOST). Arrays in, numbers out. The decisions behind them are stated
 in `cancelctl.stats.verdicts`.
@@ -14,7 +14,7 @@ from typing import Literal
 
 import numpy as np
 
-from cancelctl.stats.intervals import bootstrap_ci
+from cancelctl.stats.intervals import student_t_ci
 from cancelctl.stats.paired import MIN_PAIRED_SEEDS, paired_bootstrap_test
 from cancelctl.stats.samples import SeedLike
 
@@ -29,8 +29,9 @@ Status = Literal["supported", "contradicted", "inconclusive", "cannot judge"]
 class Evidence:
     """The paired statistics of one comparison, before multiplicity correction.
 
-    effect = mean over seeds of d = arm − versus, with its bootstrap CI; p_for is the p-value of the
-    test whose rejection supports the claim, p_against of the one whose rejection contradicts it.
+    effect = mean over seeds of d = arm − versus, with its Student's t CI (the tables' interval); p_for
+    is the p-value of the test whose rejection supports the claim, p_against of the one whose
+    rejection contradicts it.
     """
 
     n: int
@@ -56,7 +57,7 @@ def paired_evidence(
     """Test `direction` of x − versus (paired by position = seed). Needs ≥ 3 pairs for p-values."""
     xs, base = np.asarray(x, float), np.asarray(versus, float)
     d = xs - base
-    ci = bootstrap_ci(d, confidence=CONFIDENCE, n_boot=n_boot, seed=seed)
+    ci = student_t_ci(d, confidence=CONFIDENCE)
     # equal differences have sd 0 exactly (np.std can give ~1e-17 for them, by CPU)
     sd = (0.0 if np.ptp(d) == 0.0 else float(d.std(ddof=1))) if d.size > 1 else float("nan")
 

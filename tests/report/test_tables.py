@@ -129,7 +129,7 @@ def test_jitter2_and_paired_test_equal_analysis(tmp_path):
     row = table[(table["metric"] == "critic/score/mean") & (table["group"] == "rollout.G=8") & (table["arm"] == "dfpo")]
     seeds = {arm: [curves.jitter2(reward[f"{arm}-G8-s{s}"][1]) for s in sorted(meta["seed"].unique())]
              for arm in ("dfpo", "gspo")}
-    interval = intervals.bootstrap_ci(seeds["dfpo"], n_boot=500, seed=7)
+    interval = intervals.student_t_ci(seeds["dfpo"])
     test = paired.paired_bootstrap_test(seeds["dfpo"], seeds["gspo"], n_boot=500, seed=7)
     assert row[["mean", "ci_lo", "ci_hi", "n_seeds"]].iloc[0].tolist() == [interval.mean, interval.lo, interval.hi, 3]
     assert row[["delta_vs_baseline", "p_value", "n_paired"]].iloc[0].tolist() == [test.delta, test.p, test.n]
