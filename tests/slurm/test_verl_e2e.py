@@ -220,6 +220,55 @@ def run_dirs(workdir: Path, sweep: str) -> dict[str, Path]:
     return {d.name.split("-s0__")[0]: d for d in sweep_paths(workdir, sweep).runs_dir.iterdir()}
 
 
+# first in file order: the two-node run must still be training when it is cancelled; the main sweep
+# goes on meanwhile
+def test_one_verl_run_over_the_two_nodes_of_partition_multi_trains_until_cancelled_leaving_nothing(tmp_path, launched):
+    """Ray head + worker on n1/n2, verl joining it with trainer.nnodes=2: data-parallel world size 2,
+    one CPU training rank per node; two steps, then `cancelctl cancel` ends verl and Ray on both nodes."""
+    workdir, _, sweep, problem = launched
+    if problem is not None:
+        pytest.skip(problem)
+    run_dir = wait_until(lambda: next(sweep_paths(workdir, sweep).runs_dir.iterdir(), None), 300, "the run folder")
+
+    def two_steps():
+        (state,) = sweep_status(workdir, sweep)
+        assert state.active, (state.state, state.reason)  # a failed run fails the test now
+        return len(logged_steps(run_dir)) >= 2 and state
+
+    state = wait_until(two_steps, 1200, "2 steps of the two-node run", poll_s=2)
+    job = state.job_id
+    assert job_processes(job)
+    cancelled = cli("cancel", sweep, "--workdir", str(workdir))
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    # nothing of the job is left on either node: no verl driver, Ray GCS, raylet or worker
+    wait_until(lambda: not job_processes(job) and not ray_leftovers(job.split("_")[0]), 60,
+               f"every process of job {job} to end")
+    (state,) = sweep_status(workdir, sweep)
+    assert state.state == "cancelled", state.reason
+    job_id = job.split("_")[0]
+    assert not any(Path(f"/tmp/ray-cc-{job_id}-{rank}").exists() for rank in (0, 1))
+    acct = subprocess.run(["sacct", "-n", "-P", "-j", job_id, "-o", "JobID,State,NodeList"], check=False,
+                          capture_output=True, text=True, timeout=30).stdout
+    assert f"{job_id}_0|CANCELLED" in acct and "n[1-2]" in acct, acct
+
+    overrides = (run_dir / "hydra" / ".hydra" / "overrides.yaml").read_text()
+    assert "trainer.nnodes=2" in overrides and "trainer.n_gpus_per_node=1" in overrides
+    cluster = json.loads((run_dir / CLUSTER_JSON).read_text())
+    assert [n["name"] for n in cluster["nodes"]] == ["n1", "n2"]
+    assert [n["address"] for n in cluster["nodes"]] == ["127.0.1.1", "127.0.1.2"]
+    ports = [set(n["ports"].values()) for n in cluster["nodes"]]
+    assert not ports[0] & ports[1]  # both raylets on one machine: disjoint port blocks
+
+    import mlflow
+
+    client = mlflow.MlflowClient(default_tracking_uri(workdir))
+    (run,) = client.search_runs([client.get_experiment_by_name(sweep).experiment_id])
+    assert run.data.tags["cancelctl.ray.nodes"] == "n1,n2"  # each Ray task ran under its own slurmd
+    assert float(run.data.tags["cancelctl.ray.join_s"]) == pytest.approx(cluster["joined_s"], abs=0.011)
+    assert {1, 2} <= {m.step for m in client.get_metric_history(run.info.run_id, "critic/score/mean")}
+    assert run.info.status == "KILLED"  # closed as cancelled, every logged step kept
+
+
 def test_a_verl_sweep_trains_on_real_main_ppo_under_slurm_requeues_stops_and_reports(tmp_path, launched):
     workdir, sweep, _, _ = launched
     t0 = time.monotonic()
@@ -318,50 +367,3 @@ def test_a_verl_sweep_trains_on_real_main_ppo_under_slurm_requeues_stops_and_rep
     for key in ("mismatch/rho_std", "hacking/J", "dfpo/weight_dispersion"):
         assert key in mechanism, key
     print(f"verl e2e sweep: 6 runs (one requeued, one stopped), every run ended in {took:.0f} s")
-
-
-def test_one_verl_run_over_the_two_nodes_of_partition_multi_trains_until_cancelled_leaving_nothing(tmp_path, launched):
-    """Ray head + worker on n1/n2, verl joining it with trainer.nnodes=2: data-parallel world size 2,
-    one CPU training rank per node; two steps, then `cancelctl cancel` ends verl and Ray on both nodes."""
-    workdir, _, sweep, problem = launched
-    if problem is not None:
-        pytest.skip(problem)
-    run_dir = wait_until(lambda: next(sweep_paths(workdir, sweep).runs_dir.iterdir(), None), 300, "the run folder")
-
-    def two_steps():
-        (state,) = sweep_status(workdir, sweep)
-        assert state.active, (state.state, state.reason)  # a failed run fails the test now
-        return len(logged_steps(run_dir)) >= 2 and state
-
-    state = wait_until(two_steps, 1200, "2 steps of the two-node run", poll_s=2)
-    job = state.job_id
-    assert job_processes(job)
-    cancelled = cli("cancel", sweep, "--workdir", str(workdir))
-    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
-    # nothing of the job is left on either node: no verl driver, Ray GCS, raylet or worker
-    wait_until(lambda: not job_processes(job) and not ray_leftovers(job.split("_")[0]), 60,
-               f"every process of job {job} to end")
-    (state,) = sweep_status(workdir, sweep)
-    assert state.state == "cancelled", state.reason
-    job_id = job.split("_")[0]
-    assert not any(Path(f"/tmp/ray-cc-{job_id}-{rank}").exists() for rank in (0, 1))
-    acct = subprocess.run(["sacct", "-n", "-P", "-j", job_id, "-o", "JobID,State,NodeList"], check=False,
-                          capture_output=True, text=True, timeout=30).stdout
-    assert f"{job_id}_0|CANCELLED" in acct and "n[1-2]" in acct, acct
-
-    overrides = (run_dir / "hydra" / ".hydra" / "overrides.yaml").read_text()
-    assert "trainer.nnodes=2" in overrides and "trainer.n_gpus_per_node=1" in overrides
-    cluster = json.loads((run_dir / CLUSTER_JSON).read_text())
-    assert [n["name"] for n in cluster["nodes"]] == ["n1", "n2"]
-    assert [n["address"] for n in cluster["nodes"]] == ["127.0.1.1", "127.0.1.2"]
-    ports = [set(n["ports"].values()) for n in cluster["nodes"]]
-    assert not ports[0] & ports[1]  # both raylets on one machine: disjoint port blocks
-
-    import mlflow
-
-    client = mlflow.MlflowClient(default_tracking_uri(workdir))
-    (run,) = client.search_runs([client.get_experiment_by_name(sweep).experiment_id])
-    assert run.data.tags["cancelctl.ray.nodes"] == "n1,n2"  # each Ray task ran under its own slurmd
-    assert float(run.data.tags["cancelctl.ray.join_s"]) == pytest.approx(cluster["joined_s"], abs=0.011)
-    assert {1, 2} <= {m.step for m in client.get_metric_history(run.info.run_id, "critic/score/mean")}
-    assert run.info.status == "KILLED"  # closed as cancelled, every logged step kept

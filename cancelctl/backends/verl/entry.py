@@ -199,7 +199,8 @@ class StderrTail:
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _RAY_PREFIX = re.compile(r"^\((?:\w+ )?pid=\d+(?:, ip=[^)]*)?\)\s*")  # "(RewardLoopWorker pid=12)" on worker lines
-_EXCEPTION_LINE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?:\((?P<inner>\w+)\))?: (?P<msg>.+)")
+# bare `Exception: ...` too: Ray raises one when its node times out at start-up on a loaded machine
+_EXCEPTION_LINE = re.compile(r"^(?P<name>(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Exit|Interrupt))(?:\((?P<inner>\w+)\))?: (?P<msg>.+)")
 _WRAPPERS = ("ray.exceptions.", "RayTaskError", "RayActorError", "ActorDiedError")
 
 

@@ -154,6 +154,9 @@ def test_root_exception_is_the_workers_own_not_rays_wrapper_nor_the_trainers():
     assert entry.root_exception(tail) == "ValueError: reward broke on purpose: apple"
     assert entry.root_exception(tail[3:]) == "RuntimeError: Sync replay buffer selected terminal groups with no materializable trajectories"
     assert entry.root_exception(["plain log line", "step:1 - a:1"]) is None
+    ray_start = ["Error executing job with overrides: ['a=1']", "Traceback (most recent call last):",
+                 "Exception: The current node timed out during startup. This could happen because ..."]
+    assert entry.root_exception(ray_start) == "Exception: The current node timed out during startup. This could happen because ..."
 
 
 def test_previous_attempts_file_is_not_forwarded_again(make_run, fake_verl):
