@@ -111,3 +111,13 @@ def test_inconsistent_trend_claims_are_rejected(kw, message):
     data.update(kw)
     with pytest.raises(ValidationError, match=message):
         ClaimSpec.model_validate(data)
+
+
+@pytest.mark.parametrize("name", ["lab-demo", "group-size"])
+def test_the_group_size_sweeps_carry_the_gain_along_g(name):
+    from project_paths import EXPERIMENTS
+
+    sweep = load_sweep(EXPERIMENTS / f"{name}.yaml")
+    [trend] = [c for c in sweep.spec.claims if c.along is not None]
+    assert (trend.arm, trend.versus, trend.direction) == ("dfpo-min-replace", "gspo", "higher")
+    assert (trend.along.axis, trend.along.scale) == ("rollout.G", "log") and "Table 4" in trend.source
