@@ -96,7 +96,7 @@ class Verdict:
     n_versus: int | None = None  # unpaired (outcome) claims: runs of versus; n_seeds then counts arm's runs
     event_fraction: float = math.nan  # outcome claims: share of the compared runs that collapsed
     log_hazard_ratio: float = math.nan  # time_to_collapse: Peto's estimate, arm vs versus
-    axis: str = ""  # trend claims: the grid axis; effect, CI and sd are then of the slope along it
+    axis: str = ""  # trend claims: the grid axis; effect, CI, sd (and each arm's mean) are then of slopes along it
     axis_effects: tuple[tuple[float, float], ...] = ()  # ... and (axis value, mean of arm − versus) per value
 
     @property
@@ -316,7 +316,7 @@ def _axis_strata(claim: ClaimSpec, runs: pd.DataFrame, order: Sequence[str]) -> 
         if group in firsts.index:
             row = firsts.loc[group]
             key = tuple(f"{c[5:]}={row[c]:g}" if isinstance(row[c], float) else f"{c[5:]}={row[c]}" for c in others)
-            strata.setdefault(key, []).append((pd.to_numeric(row[column], errors="coerce"), group))
+            strata.setdefault(key, []).append((float(pd.to_numeric(row[column], errors="coerce")), group))
     out = []
     for key, points in strata.items():
         points.sort(key=lambda p: (math.isnan(p[0]), p[0]))
@@ -340,7 +340,8 @@ def _judge_trend(
     if not points:
         return replace(base, reason=f"no run carries a {along.axis} value (not a grid axis of these runs)")
     if len(values) < 2 or any(math.isnan(v) for v in values) or len(set(values)) < len(values):
-        return replace(base, reason=f"{along.axis} needs ≥ 2 distinct numeric values with runs, got {values or 'none'}")
+        shown = ", ".join(f"{v:g}" for v in values)
+        return replace(base, reason=f"{along.axis} needs ≥ 2 distinct numeric values with runs, got {shown}")
     if along.scale == "log" and min(values) <= 0:
         return replace(base, reason=f"scale log needs {along.axis} > 0, got {min(values):g}")
     arm_side, versus_side, notes, matched = {}, {}, [], True
