@@ -104,6 +104,10 @@ def claims_notes(verdicts: Sequence[Verdict]) -> list[str]:
         notes.append("time to collapse: steps to the rule's first alert, runs that never collapsed censored at their "
                      "last step; log-rank test (exact permutation with few runs); effect = difference of the mean "
                      "steps to collapse up to the common horizon (Kaplan–Meier area), negative = sooner.")
+    if any(v.axis for v in verdicts):
+        notes.append("trend claims (along an axis): effect = least-squares slope of arm − versus along the axis (per "
+                     "unit of its value, or per doubling on scale log), one slope per seed paired at every axis value, "
+                     "tested over seeds like a paired effect; the effect at each value is in the claim's note.")
     if "alert_order" in kinds:
         notes.append("alert order: among the runs that collapsed, the share in which the first rule alerted before "
                      "the collapse; exact binomial (sign) test against 1/2, Clopper–Pearson interval.")

@@ -8,10 +8,16 @@ the ready-made blocks live in experiments/*.yaml.
 Outcome claims (`OUTCOME_KINDS`) read the monitor's alerts instead of a curve: how often an arm's
 runs collapse (a named rule alerted or stopped them), how soon, and whether one rule alerts before
 another ([H] App. D: mismatch grows before entropy and reward collapse); `cancelctl.stats.outcomes`.
+
+A claim with `along: {axis: <grid path>}` is about how arm − versus changes along that grid axis
+([D] Table 4: DFPO's gain over GSPO grows with G): `direction` is then the predicted sign of the
+slope of the paired effect over the axis values (`cancelctl.stats.trend`), one verdict per point
+of the other axes instead of one per group.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
@@ -175,6 +181,17 @@ class ClaimMetric(_Strict):
         return f"{what} of {self.resolved_key}" + (f" vs {self.versus_key}" if self.versus_key else "")
 
 
+class ClaimAxis(_Strict):
+    """`along:` the grid axis a trend claim takes the slope of arm − versus along."""
+
+    axis: str = Field(..., min_length=1, description="a grid path of the sweep (e.g. rollout.G) with >= 2 numeric values")
+    scale: Literal["linear", "log"] = Field(
+        "linear",
+        description="slope per unit of the axis value (linear) or per doubling of it (log: on log2 of the value, "
+        "for an axis that grows by doubling such as G; values must be > 0)",
+    )
+
+
 class ClaimSpec(_Strict):
     """One testable claim: `direction` of (arm − versus) on `metric`, judged per comparison group."""
 
@@ -202,12 +219,25 @@ class ClaimSpec(_Strict):
     margin_rel: float | None = Field(
         None, gt=0, description="the same margin as a fraction of |versus arm's mean| in each group"
     )
+    along: ClaimAxis | None = Field(
+        None,
+        description=(
+            "judge the slope of arm − versus along this grid axis instead of arm − versus per group: direction "
+            "(and margin, per unit or per doubling of the axis) then applies to the slope"
+        ),
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ClaimSpec:
         kind = self.metric.kind
         if kind in OUTCOME_KINDS and self.direction not in ("higher", "lower"):
             raise ValueError(f"claim {self.id!r}: kind {kind!r} takes direction higher or lower, not {self.direction!r}")
+        if self.along is not None and (kind in OUTCOME_KINDS or self.margin_rel is not None):
+            raise ValueError(
+                f"claim {self.id!r}: along takes a paired (curve) metric and an absolute margin: "
+                + (f"kind {kind!r} compares runs unpaired" if kind in OUTCOME_KINDS else
+                   "margin_rel is relative to a mean, which a slope has none of; give margin per axis unit")
+            )
         if kind == "alert_order":
             if self.versus is not None:
                 raise ValueError(f"claim {self.id!r}: alert_order compares rules within the runs of `arm`; drop versus")
@@ -249,4 +279,30 @@ def claims_arm_errors(claims: list[ClaimSpec], arms: list[str]) -> list[str]:
                 errors.append(
                     f"claims[{index}] (claim {claim.id!r}): {field} {name!r} is not an arm (arms: {', '.join(arms)})"
                 )
+    return errors
+
+
+def claims_axis_errors(claims: list[ClaimSpec], grid: dict[str, list], zip_axes: dict[str, list]) -> list[tuple[int, str]]:
+    """(claim index, why) for each trend claim whose `along.axis` cannot carry a slope: not a grid
+    axis (a zip axis moves with the other zip paths, so its slope would be theirs too), fewer than 2
+    distinct values, a value that is not a number, or a value <= 0 on the log scale. Two values are
+    enough: the slope is then the difference of the effects at them over the axis step."""
+    errors = []
+    for index, claim in enumerate(claims):
+        if claim.along is None:
+            continue
+        axis, why = claim.along.axis, ""
+        values = grid.get(axis)
+        if axis in zip_axes:
+            why = "is a zip axis: its values move with the other zip paths, so a slope along it is theirs too; put it in grid"
+        elif values is None:
+            why = f"is not a grid axis of this sweep (grid: {', '.join(grid) or 'none'})"
+        elif not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+            why = f"has values that are not numbers ({values}): a slope needs numeric axis values"
+        elif len(set(values)) < 2:
+            why = f"has {len(set(values))} distinct value: a slope needs at least 2"
+        elif claim.along.scale == "log" and min(values) <= 0:
+            why = f"has a value <= 0 ({min(values)}): scale log takes log2 of every value"
+        if why:
+            errors.append((index, f"claim {claim.id!r}: along.axis {axis!r} {why}"))
     return errors

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from cancelctl.errors import SpecError, SpecIssue, UnmatchedArmsError
 from cancelctl.spec.experiment import ExperimentSpec
-from cancelctl.spec.issues import check_arm_axis_overlaps, check_axis_paths, run_issues, sweep_issues
+from cancelctl.spec.issues import check_arm_axis_overlaps, check_axis_paths, check_claim_axes, run_issues, sweep_issues
 from cancelctl.spec.run import RunSpec, group_label, make_run
 from cancelctl.spec.sweep import SweepSpec
 from cancelctl.spec.yamlpos import Location, YamlSyntaxError, load_yaml_file
@@ -78,6 +78,7 @@ def expand(data: Any, positions: dict, file: str, *, allow_unmatched: bool = Fal
         raise SpecError(sweep_issues(exc, positions, file)) from None
     check_axis_paths(sweep_spec, positions, file)
     check_arm_axis_overlaps(sweep_spec, positions, file)
+    check_claim_axes(sweep_spec, positions, file)
 
     points = list(_axis_points(sweep_spec))
     issues: list[SpecIssue] = []

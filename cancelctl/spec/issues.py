@@ -1,7 +1,7 @@
 """Where in the sweep file a bad value came from: pydantic's errors mapped to `file:line:col` of the
 line that supplied the value (a grid/zip axis, the arm's patch, or the base), with the dotted field
 path and what was expected; axis paths checked against the spec; arms that set a field an axis
-sweeps refused, naming both lines.
+sweeps refused, naming both lines; trend claims' axes checked against the grid.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from cancelctl.errors import SpecError, SpecIssue
+from cancelctl.spec.claims import claims_axis_errors
 from cancelctl.spec.experiment import ExperimentSpec
 from cancelctl.spec.run import group_label
 from cancelctl.spec.sweep import SweepSpec
@@ -42,6 +43,18 @@ def check_axis_paths(sweep: SweepSpec, positions: dict, file: str) -> None:
                 issues.append(
                     SpecIssue(positions.get((kind, dotted)), f"{kind}.{dotted}", f"unknown spec path; expected one of: {allowed}")
                 )
+    if issues:
+        raise SpecError(issues)
+
+
+def check_claim_axes(sweep: SweepSpec, positions: dict, file: str) -> None:
+    """A trend claim's `along.axis` must be a grid axis that can carry a slope (`claims_axis_errors`);
+    each error points at the claim's `axis:` line."""
+    issues = []
+    for index, message in claims_axis_errors(sweep.claims, sweep.grid, sweep.zip):
+        key = ("claims", index, "along", "axis")
+        location, _ = _nearest(positions, (), key)
+        issues.append(SpecIssue(location or Location(file, 1, 1), _dotted(key), message))
     if issues:
         raise SpecError(issues)
 

@@ -30,6 +30,10 @@ Decisions, stated once:
   rows of the report (Bonferroni, which Holm never needs more than): enough seeds to decide this
   row whatever the other rows do; never fewer than MIN_VERDICT_SEEDS. For `similar` only the
   nearer margin is powered (TOST needs both; near a zero effect with a wide sd this undercounts).
+- Trend claims (`along:` a grid axis, [D] Table 4): one row per point of the other axes, judged on
+  the per-seed least-squares slopes of d along the axis (`trend`: why the seed stays the unit) as a
+  paired effect against 0 (or the margin, per axis unit); every axis value must be judgeable as a
+  group (logged, compute-matched, ...) or the row says where it is not. Same Holm family.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 
 from cancelctl.spec.claims import KAPPA_KINDS, LAST, NEEDS_WHOLE_RUN, OUTCOME_KINDS, ClaimMetric, ClaimSpec
@@ -50,6 +55,7 @@ from cancelctl.stats.evidence import ALPHA, MIN_VERDICT_SEEDS, POWER, Status, de
 from cancelctl.stats.frames import COMPUTE_KEYS, on_compute_axis, split_by_key
 from cancelctl.stats.outcomes import Stop, judge_outcome, planned_seeds
 from cancelctl.stats.paired import MIN_PAIRED_SEEDS, holm_adjust, seeds_for_power
+from cancelctl.stats.trend import seed_slopes
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,8 @@ class Verdict:
     n_versus: int | None = None  # unpaired (outcome) claims: runs of versus; n_seeds then counts arm's runs
     event_fraction: float = math.nan  # outcome claims: share of the compared runs that collapsed
     log_hazard_ratio: float = math.nan  # time_to_collapse: Peto's estimate, arm vs versus
+    axis: str = ""  # trend claims: the grid axis; effect, CI, sd (and each arm's mean) are then of slopes along it
+    axis_effects: tuple[tuple[float, float], ...] = ()  # ... and (axis value, mean of arm − versus) per value
 
     @property
     def judged(self) -> bool:
@@ -141,6 +149,11 @@ def judge_claims(
                 rows.append(judge_outcome(claim, group, in_group, alerts, stops, ends, base, min_seeds, by_key.keys()))
             continue
         for key, versus_key in _resolve_keys(claim.metric, by_key):
+            if claim.along is not None:
+                args = (runs, by_key, kappa, min_seeds, allow_unmatched, token_tol, n_boot, seed, stops)
+                rows += [_judge_trend(claim, key, versus_key, label, points, *args)
+                         for label, points in _axis_strata(claim, runs, order)]
+                continue
             for group in order:
                 rows.append(
                     _judge_one(
@@ -224,7 +237,9 @@ def _judge_one(
     claim: ClaimSpec, key: str, versus_key: str, group: str, runs: pd.DataFrame,
     by_key: dict[str, pd.DataFrame], kappa: float | None, min_seeds: int,
     allow_unmatched: bool, token_tol: float, n_boot: int, seed: int, stops: Mapping[str, Stop],
+    pairs: dict | None = None,
 ) -> Verdict:
+    """One claim on one group; `pairs` (when given) receives seed -> (arm value, versus value)."""
     base = _base_verdict(claim, key, versus_key, group)
     in_group = runs[runs["group"] == group]
     sides = {}
@@ -267,6 +282,8 @@ def _judge_one(
     per_seed = {side: values.groupby(level=0).mean() for side, values in sides.items()}
     shared = per_seed["arm"].index.intersection(per_seed["versus"].index).sort_values()
     x, v = per_seed["arm"].loc[shared].to_numpy(float), per_seed["versus"].loc[shared].to_numpy(float)
+    if pairs is not None:
+        pairs.update(zip(shared, zip(x, v)))
     margin = 0.0
     if claim.margin is not None:
         margin = claim.margin
@@ -284,6 +301,81 @@ def _judge_one(
     )
     if shared.size < min_seeds:
         return replace(base, reason=f"{shared.size} shared seeds; a verdict needs ≥ {min_seeds}{without}")
+    return replace(base, status="inconclusive", p=ev.p_for, p_against=ev.p_against)
+
+
+def _axis_strata(claim: ClaimSpec, runs: pd.DataFrame, order: Sequence[str]) -> list[tuple[str, list]]:
+    """(row label, [(axis value, group)] sorted by value) per point of the other axes, in `order`."""
+    column = f"axis.{claim.along.axis}"
+    if column not in runs.columns:
+        return [(claim.along.axis, [])]
+    others = sorted(c for c in runs.columns if c.startswith("axis.") and c != column)
+    firsts = runs.groupby("group", sort=False).first()
+    strata: dict[tuple, list] = {}
+    for group in order:
+        if group in firsts.index:
+            row = firsts.loc[group]
+            key = tuple(f"{c[5:]}={row[c]:g}" if isinstance(row[c], float) else f"{c[5:]}={row[c]}" for c in others)
+            strata.setdefault(key, []).append((float(pd.to_numeric(row[column], errors="coerce")), group))
+    out = []
+    for key, points in strata.items():
+        points.sort(key=lambda p: (math.isnan(p[0]), p[0]))
+        values = ", ".join(f"{value:g}" for value, _ in points)
+        out.append((",".join([*key, f"{claim.along.axis} in {{{values}}}"]), points))
+    return out
+
+
+def _judge_trend(
+    claim: ClaimSpec, key: str, versus_key: str, label: str, points: list, runs: pd.DataFrame,
+    by_key: dict[str, pd.DataFrame], kappa: float | None, min_seeds: int,
+    allow_unmatched: bool, token_tol: float, n_boot: int, seed: int, stops: Mapping[str, Stop],
+) -> Verdict:
+    """A trend claim on one point of the other axes: each axis value judged as a group (its reasons
+    and notes kept), the seeds paired there, then the per-seed slopes tested against 0 or the margin."""
+    along = claim.along
+    per = "doubling" if along.scale == "log" else "unit"
+    base = _base_verdict(claim, key, versus_key, label)
+    base = replace(base, metric=f"{base.metric}: slope of arm − versus per {per} of {along.axis}", axis=along.axis)
+    values = [value for value, _ in points]
+    if not points:
+        return replace(base, reason=f"no run carries a {along.axis} value (not a grid axis of these runs)")
+    if len(values) < 2 or any(math.isnan(v) for v in values) or len(set(values)) < len(values):
+        shown = ", ".join(f"{v:g}" for v in values)
+        return replace(base, reason=f"{along.axis} needs ≥ 2 distinct numeric values with runs, got {shown}")
+    if along.scale == "log" and min(values) <= 0:
+        return replace(base, reason=f"scale log needs {along.axis} > 0, got {min(values):g}")
+    arm_side, versus_side, notes, matched = {}, {}, [], True
+    for value, group in points:
+        pairs: dict = {}
+        one = _judge_one(claim, key, versus_key, group, runs, by_key, kappa, min_seeds, allow_unmatched,
+                         token_tol, n_boot, seed, stops, pairs=pairs)
+        matched = matched and one.compute_matched
+        notes += [f"at {along.axis}={value:g}: {one.notes}"] if one.notes else []
+        if not pairs:
+            return replace(base, reason=f"at {along.axis}={value:g}: {one.reason}", notes="; ".join(notes),
+                           compute_matched=matched)
+        arm_side[value] = pd.Series({s: a for s, (a, _) in pairs.items()}, dtype=float)
+        versus_side[value] = pd.Series({s: b for s, (_, b) in pairs.items()}, dtype=float)
+    slopes, left_out = seed_slopes({v: arm_side[v] - versus_side[v] for v in values}, along.scale)
+    seeds = list(slopes.index)
+    effects = tuple((v, float((arm_side[v] - versus_side[v]).loc[seeds].mean())) for v in values) if seeds else ()
+    if seeds:
+        notes.append("arm − versus at " + ", ".join(f"{along.axis}={v:g}: {e:+.3g}" for v, e in effects)
+                     + f" (mean over the {len(seeds)} seed(s) paired at every value)")
+    if left_out:
+        notes.append(f"seed(s) {', '.join(map(str, left_out))} not paired at every {along.axis}: left out")
+    margin = claim.margin if claim.margin is not None else 0.0
+    base = replace(base, n_seeds=len(seeds), compute_matched=matched, notes="; ".join(notes), axis_effects=effects,
+                   margin=margin if claim.direction in ("not_higher", "not_lower", "similar") else math.nan)
+    if len(seeds) < 2:
+        return replace(base, reason=f"{len(seeds)} seed(s) paired at every {along.axis}; need ≥ {min_seeds}")
+    ev = paired_evidence(slopes.to_numpy(), np.zeros(len(seeds)), claim.direction, margin, n_boot=n_boot, seed=seed)
+    own = {side: float(seed_slopes({v: part[v] for v in values}, along.scale)[0].loc[seeds].mean())
+           for side, part in (("arm", arm_side), ("versus", versus_side))}
+    base = replace(base, arm_mean=own["arm"], versus_mean=own["versus"], effect=ev.effect, ci_lo=ev.ci_lo,
+                   ci_hi=ev.ci_hi, sd=ev.sd, distance=ev.distance)
+    if len(seeds) < min_seeds:
+        return replace(base, reason=f"{len(seeds)} seeds paired at every {along.axis}; a verdict needs ≥ {min_seeds}")
     return replace(base, status="inconclusive", p=ev.p_for, p_against=ev.p_against)
 
 

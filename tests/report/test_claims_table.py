@@ -42,3 +42,27 @@ def test_claims_only_hides_every_other_table(tmp_path):
 def test_no_claims_no_table(tmp_path):
     report = report_for(tmp_path)
     assert "claims" not in [t.name for t in report.tables]
+
+
+def test_a_trend_claim_is_one_row_along_the_axis(tmp_path):
+    """A claim along rollout.G: one row for both G, its slope (dfpo − gspo energy share is −0.15 at
+    every G: no trend), the effect at each G in the notes and the table files."""
+    import json
+
+    trend = ClaimSpec.model_validate(
+        {"id": "energy-flat-in-G", "source": "[D] Table 4", "statement": "the energy gap does not change with G",
+         "metric": {"kind": "mean", "key": "cancel/energy_b{last}"}, "direction": "similar", "margin": 0.01,
+         "arm": "dfpo", "versus": "gspo", "along": {"axis": "rollout.G", "scale": "log"}}
+    )
+    runs, metrics = synthetic_sweep(seeds=(0, 1, 2, 3, 4))
+    report = report_for(tmp_path, runs, metrics, claims=[*CLAIMS, trend])
+    table = report.table("claims")
+    [row] = table.data[table.data["claim_id"] == "energy-flat-in-G"].to_dict("records")
+    assert row["group"] == "rollout.G in {4, 8}" and row["status"] == "supported" and row["n_seeds"] == 5
+    assert row["effect"] == 0.0 and row["axis"] == "rollout.G"
+    assert len(table.data) == 3 * 2 + 1  # the per-group claims per G, the trend once
+    assert any(n.startswith("energy-flat-in-G (rollout.G in {4, 8}): arm − versus at rollout.G=4: -0.15") for n in table.notes)
+    saved = json.loads((tmp_path / "synthetic" / "tables" / "claims.json").read_text())
+    [record] = [r for r in saved["rows"] if r["claim_id"] == "energy-flat-in-G"]
+    assert [[round(x, 9) for x in pair] for pair in record["axis_effects"]] == [[4.0, -0.15], [8.0, -0.15]]
+    assert "slope of arm − versus per doubling of rollout.G" in (tmp_path / "synthetic" / "report.md").read_text()

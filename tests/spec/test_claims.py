@@ -32,9 +32,9 @@ claims:
 """
 
 SHIPPED = {  # file -> claim sources it must carry (paper, section)
-    "lab-demo": ["Prediction 1", "Prediction 2", "Prediction 3", "eq. 23", "eq. 24", "GRPO-fix"],
+    "lab-demo": ["Prediction 1", "Prediction 2", "Prediction 3", "eq. 23", "eq. 24", "GRPO-fix", "Table 4"],
     "dfpo-vs-gspo": ["Prediction 1", "Prediction 2", "Prediction 3", "eq. 23", "eq. 24", "GRPO-fix", "Table 3"],
-    "group-size": ["Prediction 3", "eq. 23"],
+    "group-size": ["Prediction 3", "eq. 23", "Table 4 (Delta"],
     "delta-injection": ["[H] §4.4", "App. B.2", "eq. 23"],
     "variance-noise": ["[H] §5.1"],
     "clip-strength": ["[H] §4.3"],
