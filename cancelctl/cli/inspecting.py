@@ -77,6 +77,8 @@ def plan(
                 "clip_high": r.spec.algorithm.clip_high,
                 "batching": r.spec.batching.strategy,
                 "minibatch_order": minibatch_order(r.spec),  # what the update does, the same on every backend
+                "budget_axis": r.spec.budget.axis,
+                "budget": r.spec.budget.amount,
                 **{f"planned_{k}": v for k, v in r.planned_compute().items()},
             }
             for r in sweep.runs
@@ -88,18 +90,27 @@ def plan(
     for col in ["name", "arm", *(a.rsplit(".", 1)[-1] for a in axes), "seed", "run_id", "backend", "executor", "loss", "clip",
                 "groups"]:
         table.add_column(col, no_wrap=True)
-    table.add_column("gen tokens", no_wrap=True, justify="right")
-    table.add_column("updates", no_wrap=True, justify="right")
+    for col in ("budget", "gen tokens", "updates"):
+        table.add_column(col, no_wrap=True, justify="right")
     for r in sweep.runs:
         c = r.planned_compute()
         table.add_row(
             r.name, r.arm, *[str(r.axes[a]) for a in axes], str(r.seed), r.run_id, r.spec.backend, r.spec.executor,
             r.spec.algorithm.loss, f"{r.spec.algorithm.clip_low:g}/{r.spec.algorithm.clip_high:g}",
-            minibatch_order_note(r.spec), _si(c["gen_tokens"]), f"{c['update_steps']:,}",
+            minibatch_order_note(r.spec), _budget(r.spec.budget), _si(c["gen_tokens"]),
+            "at the budget" if c["update_steps"] is None else f"{c['update_steps']:,}",  # known when the run ends
         )
     console.print(table)
     for w in sweep.warnings:
         say(err_console, "NOT compute-matched:", "yellow", w)
+
+
+BUDGET_UNITS = {"steps": "steps", "gen_tokens": "tokens", "update_steps": "updates"}
+
+
+def _budget(budget) -> str:
+    """The budget on its axis: "200 steps", "98.3k tokens", "800 updates"."""
+    return f"{_si(budget.amount)} {BUDGET_UNITS[budget.axis]}"
 
 
 def _si(n: float) -> str:

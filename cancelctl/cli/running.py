@@ -34,7 +34,9 @@ def _states_table(title: str, states) -> Table:
     for col in ("name", "run_id", "state", "job", "step", "attempts", "reason"):
         table.add_column(col, no_wrap=col != "reason")
     for s in states:
-        step = f"{s.step}/{s.steps}" if s.step is not None and s.steps else ("starting" if s.state == "running" else "")
+        # a token budget's step count is known only at its end: the step alone
+        step = f"{s.step}/{s.steps}" if s.step is not None and s.steps else (
+            str(s.step) if s.step is not None else ("starting" if s.state == "running" else ""))
         style = STATE_STYLE.get(s.state, "")
         table.add_row(
             s.name, s.run_id, f"[{style}]{s.state}[/]" if style else s.state, s.job_id or "", step, str(s.attempts), s.reason

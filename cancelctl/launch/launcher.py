@@ -41,7 +41,7 @@ from cancelctl.runstate import (
     RunState,
 )
 from cancelctl.spec.expand import Sweep
-from cancelctl.spec.run import RunSpec
+from cancelctl.spec.run import RunSpec, planned_steps
 from cancelctl.workdir import SweepPaths, sweep_paths
 
 log = logging.getLogger("cancelctl.launch")
@@ -187,9 +187,9 @@ def _register(paths: SweepPaths, sweep: Sweep, kind: str) -> list[str]:
         for run in sweep.runs:
             entry = manifest.runs.get(run.run_id)
             if entry is None:
-                manifest.runs[run.run_id] = RunEntry(run.name, run.arm, run.seed, run.group, steps=run.spec.budget.steps)
+                manifest.runs[run.run_id] = RunEntry(run.name, run.arm, run.seed, run.group, steps=planned_steps(run.spec))
             else:
-                entry.name, entry.arm, entry.group, entry.steps = run.name, run.arm, run.group, run.spec.budget.steps
+                entry.name, entry.arm, entry.group, entry.steps = run.name, run.arm, run.group, planned_steps(run.spec)
     if not newly_stale:
         return []
     listed = ", ".join(sorted(newly_stale)[:6]) + (", ..." if len(newly_stale) > 6 else "")
@@ -274,7 +274,7 @@ def _dry_run(paths: SweepPaths, sweep: Sweep, runner: Executor, plan, retry_fail
     if manifest is not None:
         states = {s.run_id: s for s in sweep_states(paths, manifest, driver_alive=driver_alive(manifest))}
     for run in sweep.runs:
-        states.setdefault(run.run_id, RunState(run.run_id, run.name, run.arm, run.seed, UNSUBMITTED, steps=run.spec.budget.steps))
+        states.setdefault(run.run_id, RunState(run.run_id, run.name, run.arm, run.seed, UNSUBMITTED, steps=planned_steps(run.spec)))
     to_submit = _classify(sweep.runs, states, retry_failed, result, retry_stopped)
     result.submitted = [run.run_id for run in to_submit]
     result.states = [states[run.run_id] for run in sweep.runs]

@@ -6,7 +6,8 @@
 - A FINISHED run whose points end before its budget (its folder deleted mid-run: the points after
   that reached neither the store nor the folder) has not spent the compute its arm is compared at:
   it is named and left out of the tables, or, with `include_short` (--include-unfinished), kept and
-  the report says so.
+  the report says so. A compute budget (`budget_axis` gen_tokens / update_steps) is reached when its
+  last cumulative compute point (`compute/<axis>_cum`) is at least the budget.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from cancelctl.errors import SpecError
 from cancelctl.report.model import CANNOT, MATCHED_STATES, ReportTable
 
 BUDGET_COLUMN = "budget_steps"  # collect's runs frame: the run's planned training steps (NA: unknown)
+COMPUTE_BUDGET_KEYS = {"gen_tokens": "compute/gen_tokens_cum", "update_steps": "compute/update_steps_cum"}
 STEPS_SHOWN = 6
 NAMES_SHOWN = 12
 
@@ -70,7 +72,7 @@ def screen_points(
             f"{int(rejected['points'].sum())} point(s) rejected and not used (non-finite values, steps outside the "
             f"run's budget) in {rejected['run_id'].nunique()} run(s): see Rejected points"
         )
-    short = _short_runs(runs, kept, budget, names, set(exempt))
+    short = {**_short_runs(runs, kept, budget, names, set(exempt)), **_short_of_compute(runs, kept, names, set(exempt))}
     kept_runs = runs
     if short:
         listed = ", ".join(list(short.values())[:NAMES_SHOWN]) + (" ..." if len(short) > NAMES_SHOWN else "")
@@ -123,6 +125,24 @@ def _rejected_rows(bad: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
         rows.append({"run_id": run_id, "name": names.get(str(run_id), str(run_id)), "key": key, "reason": reason,
                      "points": len(part), "steps": shown})
     return pd.DataFrame(rows, columns=columns)
+
+
+def _short_of_compute(runs: pd.DataFrame, kept: pd.DataFrame, names: dict[str, str], exempt: set[str]) -> dict[str, str]:
+    """run id -> how it ends, for FINISHED runs whose last cumulative compute is below their compute budget."""
+    if not {"state", "budget_axis", "budget_amount"} <= set(runs.columns):
+        return {}
+    short = {}
+    for run_id, state, axis, amount in zip(runs["run_id"].astype(str), runs["state"], runs["budget_axis"],
+                                           runs["budget_amount"], strict=True):
+        key = COMPUTE_BUDGET_KEYS.get(axis) if isinstance(axis, str) else None
+        if key is None or pd.isna(amount) or state not in MATCHED_STATES or run_id in exempt:
+            continue
+        points = kept[(kept["run_id"].astype(str) == run_id) & (kept["key"] == key)]
+        spent = float(points.sort_values("step")["value"].iloc[-1]) if not points.empty else None
+        if spent is None or spent < float(amount):
+            where = f"no {key}" if spent is None else f"{key} {spent:,.0f} of {float(amount):,.0f}"
+            short[run_id] = f"{names.get(run_id, run_id)} ({where})"
+    return short
 
 
 def _short_runs(

@@ -130,10 +130,7 @@ def compute_match_table(sweep: PreparedSweep, violations: list[ComputeViolation]
                 "G": _range_text(g.astype(float)),
                 "matched": "yes" if group not in bad_groups else NOT_MATCHED,
             })
-    notes = [
-        f"Compute-matched protocol [D §5]: within a group, arms must match on update steps and G exactly and on "
-        f"total generated tokens within {tol:.0%} (arm means over seeds)."
-    ]
+    notes = [compute_match.protocol_note(compute_match.budget_axes(sweep.runs), tol)]
     for key in ("compute/gen_tokens_cum", "compute/update_steps_cum"):
         if not sweep.has(key) and not (key == "compute/gen_tokens_cum" and sweep.has("compute/gen_tokens")):
             notes.append(f"not logged: {key} — that part of the check was skipped")

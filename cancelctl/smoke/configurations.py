@@ -83,7 +83,8 @@ def smoke_run(run: RunSpec, *, sweep: str, model: Path, train_files: list[str], 
         },
         "rollout": {"max_new_tokens": min(spec.max_new_tokens, MAX_RESPONSE_TOKENS)},
         "algorithm": {"mini_batch_size": sizes.mini_batch_size},
-        "budget": {"steps": steps, "prompts_per_step": sizes.prompts_per_step, "checkpoint_every": 1},
+        "budget": {"steps": steps, "gen_tokens": None, "update_steps": None,  # steps, whatever the budget's axis
+                   "prompts_per_step": sizes.prompts_per_step, "checkpoint_every": 1},
         "eval": {"every": steps, "k": min(spec.eval.k, MAX_EVAL_K)},
         "cluster": {**SMOKE_CLUSTER, "partition": partition or spec.cluster.partition, "array_parallelism": 64},
         "tracking": {"uri": None, "experiment": None},  # the smoke work dir's own store, never the sweep's

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cancelctl.errors import SpecError, SpecIssue, UnmatchedArmsError
-from cancelctl.spec.experiment import ExperimentSpec
+from cancelctl.spec.experiment import MATCHED_ON, ExperimentSpec
 from cancelctl.spec.issues import check_arm_axis_overlaps, check_axis_paths, check_claim_axes, run_issues, sweep_issues
 from cancelctl.spec.run import RunSpec, group_label, make_run
 from cancelctl.spec.sweep import SweepSpec
@@ -127,20 +127,25 @@ def expand(data: Any, positions: dict, file: str, *, allow_unmatched: bool = Fal
 
 
 def compute_mismatches(sweep: Sweep) -> list[SpecIssue]:
-    """Arms sharing a grid point must match on generated-token budget, update steps and G [D §4.5]."""
+    """Arms sharing a grid point must match on G and on their budget axis [D §4.5]: generated-token
+    budget and update steps for step budgets, the compute a compute budget names (`MATCHED_ON`)."""
     issues = []
     for group, runs in sweep.groups().items():
-        per_arm = {}
+        per_arm, axis = {}, {}
         for run in runs:
             per_arm.setdefault(run.arm, run.planned_compute())
+            axis.setdefault(run.arm, run.spec.budget.axis)
         arms = list(per_arm)
         ref = arms[0]
         for arm in arms[1:]:
-            diffs = [
-                f"{k} {per_arm[ref][k]:,} vs {per_arm[arm][k]:,}"
-                for k in ("G", "gen_tokens", "update_steps")
-                if per_arm[ref][k] != per_arm[arm][k]
-            ]
+            if axis[ref] != axis[arm]:
+                diffs = [f"budget {axis[ref]} vs {axis[arm]}"]
+            else:
+                diffs = [
+                    f"{k} {per_arm[ref][k]:,} vs {per_arm[arm][k]:,}"
+                    for k in ("G", *MATCHED_ON[axis[ref]])
+                    if per_arm[ref][k] != per_arm[arm][k]
+                ]
             if diffs:
                 where = f"group {group}" if group else "sweep"
                 issues.append(SpecIssue(None, f"arms.{arm}", f"{where}: {ref} vs {arm} differ: " + "; ".join(diffs)))

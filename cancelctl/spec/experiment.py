@@ -194,8 +194,28 @@ class BatchingSpec(Strict):
     min_frac: float = Field(0.25, gt=0, le=0.5, description="reward_balanced: n+ and n- >= min_frac |B|")
 
 
+BUDGET_AXES = ("steps", "gen_tokens", "update_steps")
+COMPUTE_BUDGETS = BUDGET_AXES[1:]
+# What arms on one budget axis must match on besides G [D §4.5] (at plan time and on logged compute):
+# a step budget fixes neither tokens nor updates, so both are compared; a compute budget fixes its own
+# axis, and the other one is what the arms do with it (fewer updates where rollouts are discarded).
+MATCHED_ON = {"steps": ("gen_tokens", "update_steps"), "gen_tokens": ("gen_tokens",), "update_steps": ("update_steps",)}
+
+
 class BudgetSpec(Strict):
-    steps: int = Field(100, ge=1, description="training (generation) steps")
+    """How long a run trains: exactly one of steps / gen_tokens / update_steps (steps: 100 when none
+    is given). A compute budget ends the run at the first step whose cumulative compute
+    (`compute/gen_tokens_cum`, `compute/update_steps_cum`) reaches it, so arms that spend compute
+    differently per step (reward_balanced discards rollouts) compare at equal compute [D §4.5]."""
+
+    steps: int | None = Field(100, ge=1, description="training (generation) steps (null with gen_tokens or update_steps)")
+    gen_tokens: int | None = Field(
+        None, ge=1, description="compute budget: the run ends at the first step whose generated tokens (discarded "
+        "rollouts included) reach it"
+    )
+    update_steps: int | None = Field(
+        None, ge=1, description="compute budget: the run ends at the first step whose optimizer steps reach it"
+    )
     prompts_per_step: int = Field(16, ge=1)
     checkpoint_every: int | None = Field(
         None, ge=1, description="verl: steps between checkpoints (a requeued run resumes from the last); default: the template's"
@@ -203,7 +223,44 @@ class BudgetSpec(Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler) -> dict[str, Any]:
-        return without_defaults(handler(self), {"checkpoint_every": None})
+        # a step budget dumps as before the compute budgets existed (run ids hash the dump)
+        return without_defaults(handler(self), {"checkpoint_every": None, "gen_tokens": None, "update_steps": None,
+                                                "steps": None})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _compute_budget_replaces_steps(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "steps" not in data and any(data.get(k) is not None for k in COMPUTE_BUDGETS):
+            return {**data, "steps": None}
+        return data
+
+    @field_validator("gen_tokens", "update_steps")
+    @classmethod
+    def _one_budget(cls, value: int | None, info) -> int | None:
+        if value is not None:  # the fields before this one (steps, then gen_tokens)
+            also = [k for k in BUDGET_AXES if k != info.field_name and info.data.get(k) is not None]
+            if also:
+                raise ValueError(
+                    f"budget takes exactly one of {', '.join(BUDGET_AXES)}: {info.field_name} and {also[0]} are both set "
+                    f"(an arm switching the base's {also[0]} to {info.field_name} sets `{also[0]}: null`)"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _some_budget(self) -> BudgetSpec:
+        if self.axis is None:
+            raise ValueError(f"budget needs one of {', '.join(BUDGET_AXES)} (all are null)")
+        return self
+
+    @property
+    def axis(self) -> str | None:
+        """The budget's axis: "steps", "gen_tokens" or "update_steps"."""
+        return next((k for k in BUDGET_AXES if getattr(self, k) is not None), None)
+
+    @property
+    def amount(self) -> int:
+        """The budget on its axis (steps, generated tokens or optimizer steps)."""
+        return getattr(self, self.axis)
 
 
 class EvalSpec(Strict):

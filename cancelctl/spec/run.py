@@ -64,12 +64,31 @@ def updates_per_step(spec: ExperimentSpec) -> int:
     return spec.algorithm.ppo_epochs * (spec.budget.prompts_per_step // spec.mini_batch_prompts)
 
 
-def planned_compute(spec: ExperimentSpec) -> dict[str, int]:
-    """Budget the compute-matched protocol compares [D §4.5]: generated-token budget, updates, G."""
+def max_step_tokens(spec: ExperimentSpec) -> int:
+    """The most tokens one training step generates once: every rollout at the response cap."""
+    return spec.budget.prompts_per_step * spec.rollout.G * spec.max_new_tokens
+
+
+def planned_steps(spec: ExperimentSpec) -> int | None:
+    """Training steps the budget runs, when known before the run: a step budget, or an update-step
+    budget (a fixed number of optimizer steps per step); None for a generated-token budget."""
+    budget = spec.budget
+    if budget.update_steps is not None:
+        return -(-budget.update_steps // updates_per_step(spec))
+    return budget.steps
+
+
+def planned_compute(spec: ExperimentSpec) -> dict[str, int | None]:
+    """Budget the compute-matched protocol compares [D §4.5]: generated-token budget, updates, G.
+
+    Step and update-step budgets: tokens are one generation round a step with every response at the
+    cap. A token budget: the budget itself (a run ends at the first step reaching it, so it overshoots
+    by less than its last step's tokens) and update steps unknown (None) until the run ends."""
+    steps = planned_steps(spec)
     return {
         "G": spec.rollout.G,
-        "gen_tokens": spec.budget.steps * spec.budget.prompts_per_step * spec.rollout.G * spec.max_new_tokens,
-        "update_steps": spec.budget.steps * updates_per_step(spec),
+        "gen_tokens": spec.budget.gen_tokens if steps is None else steps * max_step_tokens(spec),
+        "update_steps": None if steps is None else steps * updates_per_step(spec),
     }
 
 

@@ -20,7 +20,7 @@ from cancelctl.tracking.runfiles import (
     iter_metrics_lines,
 )
 from cancelctl.tracking.runs import flatten
-from cancelctl.tracking.store_rows import BUDGET_PARAM, Method, StoreRun, empty_raw_metrics, read_store
+from cancelctl.tracking.store_rows import BUDGET_PARAMS, Method, StoreRun, empty_raw_metrics, read_store
 from cancelctl.tracking.tags import AXES_TAG, RUN_ID_TAG, TAG_COLUMNS
 from cancelctl.tracking.upload import MAX_DOUBLE
 from cancelctl.tracking.uri import normalize_tracking_uri
@@ -30,10 +30,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cancelctl.tracking")
 
-INT_COLUMNS = ("seed", "G", "budget_steps")
-TEXT_COLUMNS = ("run_id", "mlflow_run_id", "name", "sweep", "arm", "group", "state", "spec_hash")
+INT_COLUMNS = ("seed", "G", "budget_steps", "budget_amount")
+TEXT_COLUMNS = ("run_id", "mlflow_run_id", "name", "sweep", "arm", "group", "state", "spec_hash", "budget_axis")
 RUN_COLUMNS = [
-    "run_id", "mlflow_run_id", "name", "sweep", "arm", "group", "seed", "G", "state", "spec_hash", "budget_steps"
+    "run_id", "mlflow_run_id", "name", "sweep", "arm", "group", "seed", "G", "state", "spec_hash", "budget_steps",
+    "budget_axis", "budget_amount",
 ]
 METRIC_COLUMNS = ["run_id", "step", "key", "value"]
 
@@ -47,7 +48,9 @@ def collect(
     runs: one row per cancelctl run — run_id (cancelctl id), mlflow_run_id (NA if never in the
     store), name, sweep, arm, group, seed and G (int64; nullable Int64 if a run lacks the tag),
     state (MLflow status, or the run folder's final status / "UNKNOWN" for runs only on disk),
-    spec_hash, budget_steps (the `budget.steps` param: planned training steps; NA if unknown), and
+    spec_hash, budget_steps (the `budget.steps` param: planned training steps; NA if unknown or a
+    compute budget), budget_axis and budget_amount (steps | gen_tokens | update_steps: the `budget.*`
+    param the run has, and its value; NA if unknown), and
     one `axis.<path>` column per key of the cancelctl.axes tag. MLflow runs without a
     cancelctl.run_id tag are ignored.
     metrics: run_id (str), step (int64), key (str), value (float64; NaN kept, ±inf restored),
@@ -90,14 +93,14 @@ def _runs_frame(store_runs: list[StoreRun]) -> pd.DataFrame:
         if run_id is None or run_id in seen:
             continue
         seen.add(run_id)
-        rows.append(_run_row(run_id, run.mlflow_run_id, run.name, run.state, run.tags, run.budget_steps))
+        rows.append(_run_row(run_id, run.mlflow_run_id, run.name, run.state, run.tags, run.budget))
     return _typed_runs_frame(rows)
 
 
 def _run_row(
-    run_id: str, mlflow_run_id: str | None, name: str, state: str, tags: dict[str, str], budget_steps: object = None
+    run_id: str, mlflow_run_id: str | None, name: str, state: str, tags: dict[str, str], budget: dict | None = None
 ) -> dict:
-    row = {"run_id": run_id, "mlflow_run_id": mlflow_run_id, "name": name, "state": state, "budget_steps": budget_steps}
+    row = {"run_id": run_id, "mlflow_run_id": mlflow_run_id, "name": name, "state": state, **_budget_columns(budget)}
     row.update({column: tags.get(tag) for tag, column in TAG_COLUMNS.items()})
     try:
         axes = json.loads(tags.get(AXES_TAG) or "{}")
@@ -168,7 +171,8 @@ def _merge_run_folders(
         state = SyncState.load(run_dir)
         progress = state.stores.get(uri)
         names[record.run_id] = record.name
-        budgets[record.run_id] = flatten(record.params).get(BUDGET_PARAM)  # run.json: flattened, or nested
+        flat = flatten(record.params)  # run.json: flattened, or nested
+        budgets[record.run_id] = {k: flat[k] for k in BUDGET_PARAMS if flat.get(k) is not None}
         start = _uploaded_prefix(run_dir / METRICS_JSONL, progress) if record.run_id in in_store else 0
         lines = iter_metrics_lines(run_dir / METRICS_JSONL, start)
         # file order is the order the run logged in: a step re-logged after a resume comes later
@@ -217,15 +221,23 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _fill_budgets(runs: pd.DataFrame, budgets: dict[str, object]) -> pd.DataFrame:
-    """budget_steps the store lacks (a run created before its params were logged) from run.json."""
-    missing = runs["budget_steps"].isna() & runs["run_id"].isin(budgets.keys())
+def _budget_columns(budget: dict | None) -> dict[str, object]:
+    """budget_steps, budget_axis, budget_amount from the `budget.*` params a run has."""
+    budget = budget or {}
+    key = next((k for k in BUDGET_PARAMS if budget.get(k) is not None), None)
+    return {"budget_steps": budget.get(BUDGET_PARAMS[0]), "budget_axis": key and key.removeprefix("budget."),
+            "budget_amount": key and budget[key]}
+
+
+def _fill_budgets(runs: pd.DataFrame, budgets: dict[str, dict]) -> pd.DataFrame:
+    """The budget the store lacks (a run created before its params were logged) from run.json."""
+    missing = runs["budget_axis"].isna() & runs["run_id"].isin(budgets.keys())
     if not missing.any():
         return runs
     rows = runs.to_dict("records")
     for row, fill in zip(rows, missing, strict=True):
         if fill:
-            row["budget_steps"] = budgets[row["run_id"]]
+            row.update(_budget_columns(budgets[row["run_id"]]))
     return _typed_runs_frame(rows)
 
 

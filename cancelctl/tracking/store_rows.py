@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("cancelctl.tracking")
 
 BUDGET_PARAM = "budget.steps"  # the run's planned training steps (a param of every MLflow run cancelctl creates)
+# the budget on each of its axes (steps, generated tokens, update steps): a run has one of them
+BUDGET_PARAMS = (BUDGET_PARAM, "budget.gen_tokens", "budget.update_steps")
 RAW_METRIC_COLUMNS = ["mlflow_run_id", "step", "key", "value", "timestamp"]
 API_HTTP_WORKERS = 8  # get_metric_history calls in flight against an HTTP server
 
@@ -46,7 +48,7 @@ class StoreRun:
     state: str
     start_time: int
     tags: dict[str, str] = field(default_factory=dict)
-    budget_steps: str | None = None
+    budget: dict[str, str] = field(default_factory=dict)  # the BUDGET_PARAMS it has -> value
 
 
 def read_store(uri: str, experiment: str, method: Method) -> tuple[list[StoreRun], pd.DataFrame]:
@@ -102,12 +104,12 @@ def _query_sqlite(con: sqlite3.Connection, experiment: str) -> tuple[list[StoreR
         ids[0],
     ):
         runs[uuid].tags[key] = value
-    for uuid, value in con.execute(
-        "SELECT p.run_uuid, p.value FROM params p JOIN runs r ON r.run_uuid = p.run_uuid "
-        "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' AND p.key = ?",
-        (ids[0][0], BUDGET_PARAM),
+    for uuid, key, value in con.execute(
+        "SELECT p.run_uuid, p.key, p.value FROM params p JOIN runs r ON r.run_uuid = p.run_uuid "
+        "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' AND p.key IN (?, ?, ?)",
+        (ids[0][0], *BUDGET_PARAMS),
     ):
-        runs[uuid].budget_steps = value
+        runs[uuid].budget[key] = value
     with _gc_paused():  # a million row tuples would trigger full collections, each one finding nothing
         rows = con.execute(
             "SELECT m.run_uuid, m.step, m.key, CASE WHEN m.is_nan THEN NULL ELSE m.value END, m.timestamp "
@@ -141,7 +143,7 @@ def _read_mlflow_api(uri: str, experiment: str) -> tuple[list[StoreRun], pd.Data
         store_runs = [
             StoreRun(run.info.run_id, run.info.run_name or "", run.info.status, run.info.start_time or 0,
                       {k: v for k, v in run.data.tags.items() if k.startswith(PREFIX)},
-                      run.data.params.get(BUDGET_PARAM))
+                      {k: v for k, v in run.data.params.items() if k in BUDGET_PARAMS})
             for run in mlflow_runs
         ]
         requests = [(run.info.run_id, key) for run in mlflow_runs if RUN_ID_TAG in run.data.tags for key in run.data.metrics]

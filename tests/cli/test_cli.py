@@ -48,6 +48,35 @@ def test_plan_table_and_json():
     assert all(len(r["run_id"]) == 12 for r in plan["runs"])
 
 
+def test_plan_shows_each_runs_budget_on_its_axis(write_yaml):
+    """A token budget: the arms' tokens are the budget, their updates known only when each run ends."""
+    path = write_yaml("name: t\nbase: {budget: {gen_tokens: 98304}}\narms:\n  a: {}\n"
+                      "  b: {batching: {strategy: reward_balanced}}\n")
+    result = runner.invoke(app, ["plan", str(path)], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("b-s0"))
+    assert row.split()[-6:] == ["98.3k", "tokens", "98.3k", "at", "the", "budget"], row
+    plan = json.loads(runner.invoke(app, ["plan", "--json", str(path)]).output)
+    assert [(r["budget_axis"], r["budget"], r["planned_gen_tokens"], r["planned_update_steps"]) for r in plan["runs"]] \
+        == [("gen_tokens", 98304, 98304, None)] * 2
+    demo = json.loads(runner.invoke(app, ["plan", "--json", str(EXPERIMENTS / "lab-demo.yaml")]).output)["runs"][0]
+    assert demo["budget_axis"] == "steps" and demo["planned_update_steps"] > 0
+
+
+def test_status_shows_the_step_alone_when_the_budget_ends_at_an_unknown_step():
+    from rich.console import Console
+
+    from cancelctl.cli.running import _states_table
+    from cancelctl.runstate import RunState
+
+    console = Console(width=200)
+    with console.capture() as captured:
+        console.print(_states_table("t", [RunState("abc", "a-s0", "a", 0, "running", step=12, steps=None),
+                                          RunState("def", "b-s0", "b", 0, "running", step=12, steps=100)]))
+    rows = captured.get().splitlines()
+    assert rows[2].split()[:4] == ["a-s0", "abc", "running", "12"] and "12/100" in rows[3]
+
+
 def test_plan_refuses_unmatched(write_yaml):
     path = write_yaml("name: t\narms:\n  a: {}\n  b: {budget: {steps: 7}}\n")
     result = runner.invoke(app, ["plan", str(path)])

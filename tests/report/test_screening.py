@@ -102,3 +102,23 @@ def test_no_report_left_once_short_runs_are_out_names_them(tmp_path):
     message = str(caught.value)
     assert "baseline arm 'gspo' has no runs to report" in message and "gspo-G4-s0 (last step 4 of 20)" in message
     assert caught.value.exit_code == 2
+
+
+def token_budget_sweep():
+    """Every run on a token budget (20 steps' tokens); dfpo reaches it doing half the update steps."""
+    runs, metrics = synthetic_sweep(steps=STEPS)
+    budgets = {run_id: 16 * g * 100 * STEPS for run_id, g in zip(runs["run_id"], runs["G"], strict=True)}
+    runs = runs.assign(budget_axis="gen_tokens", budget_amount=runs["run_id"].map(budgets))
+    fewer = metrics["run_id"].str.startswith("dfpo") & (metrics["key"] == "compute/update_steps_cum")
+    metrics.loc[fewer, "value"] = metrics.loc[fewer, "value"] / 2
+    return runs, metrics
+
+
+def test_a_token_budget_sweep_is_matched_on_tokens_and_a_run_short_of_its_tokens_is_named(tmp_path):
+    runs, metrics = token_budget_sweep()
+    report = report_for(tmp_path / "whole", runs, metrics, plots=False)
+    assert report.compute_matched  # dfpo's fewer update steps are not a mismatch on a token budget
+    assert any("on a generated-token budget" in n and "not compared" in n for n in report.table("compute_match").notes)
+    report = report_for(tmp_path / "short", runs, cut_short(metrics, SHORT_RUN, 4), plots=False)
+    note = next(n for n in report.notes if "end before their budget" in n)
+    assert f"{SHORT_RUN} (compute/gen_tokens_cum 51,200 of 256,000)" in note and "left out" in note

@@ -74,3 +74,39 @@ def test_compute_totals_falls_back_to_summing_per_step_tokens():
     totals = compute_totals(runs, metrics)
     assert totals.loc[0, "gen_tokens_total"] == 300.0
     assert np.isnan(totals.loc[0, "update_steps"])
+
+
+def _on_axis(runs: pd.DataFrame, axis: str | dict[str, str]) -> pd.DataFrame:
+    return runs.assign(budget_axis=runs["arm"].map(axis) if isinstance(axis, dict) else axis)
+
+
+def test_a_token_budget_matches_on_tokens_and_G_not_on_update_steps():
+    """reward_balanced discards rollouts: at equal tokens it does fewer updates, which is the point."""
+    runs = _on_axis(_runs([(arm, "", seed, 4) for arm in ("default", "balanced") for seed in (0, 1)]), "gen_tokens")
+    metrics = _compute_metrics({"default--0": (100_400, 800), "default--1": (100_900, 800),
+                                "balanced--0": (101_500, 560), "balanced--1": (100_100, 600)})
+    assert check_compute_matched(runs, metrics) == []
+    metrics = _compute_metrics({"default--0": (100_000, 800), "default--1": (100_000, 800),
+                                "balanced--0": (140_000, 560), "balanced--1": (140_000, 600)})
+    [violation] = check_compute_matched(runs, metrics)
+    assert violation.field == "gen_tokens_total"
+
+
+def test_an_update_step_budget_matches_on_update_steps_and_G_not_on_tokens():
+    runs = _on_axis(_runs([(arm, "", 0, 4) for arm in ("a", "b")]), "update_steps")
+    assert check_compute_matched(runs, _compute_metrics({"a--0": (1e5, 40), "b--0": (2e5, 40)})) == []
+    [violation] = check_compute_matched(runs, _compute_metrics({"a--0": (1e5, 40), "b--0": (1e5, 44)}))
+    assert violation.field == "update_steps"
+
+
+def test_arms_on_different_budget_axes_are_not_matched_and_every_rule_applies():
+    runs = _on_axis(_runs([(arm, "", 0, 4) for arm in ("a", "b")]), {"a": "steps", "b": "gen_tokens"})
+    by_field = {v.field: v for v in check_compute_matched(runs, _compute_metrics({"a--0": (1e5, 40), "b--0": (1e5, 30)}))}
+    assert set(by_field) == {"budget_axis", "update_steps"}
+    assert by_field["budget_axis"].values == {"a": "steps", "b": "gen_tokens"}
+
+
+def test_an_unknown_axis_is_a_step_budget():
+    runs = _on_axis(_runs([(arm, "", 0, 4) for arm in ("a", "b")]), {"a": None, "b": "steps"})
+    [violation] = check_compute_matched(runs, _compute_metrics({"a--0": (1e5, 40), "b--0": (1e5, 30)}))
+    assert violation.field == "update_steps"

@@ -360,6 +360,21 @@ def test_collect_reads_the_runs_budget(uri, workdir):
                    params={"budget": {"steps": 40}})
     runs, _ = collect(uri, SWEEP, workdir)
     assert runs.set_index("run_id")["budget_steps"].to_dict() == {"budgeted": 80, "offline": 40}
+    assert runs.set_index("run_id")["budget_axis"].to_dict() == {"budgeted": "steps", "offline": "steps"}
+
+
+def test_collect_reads_a_compute_budgets_axis(uri, workdir):
+    """A token budget: no planned step count, the budget on its axis instead (compute matching reads it)."""
+    params = {"budget": {"gen_tokens": 98304, "prompts_per_step": 16}}
+    create_run(uri, SWEEP, run_id="tokens", name="grpo-s0", tags=run_tags("grpo", 0, 8), params=params)
+    write_run_json(workdir / SWEEP / "offline", run_id="offline", name="grpo-s1", experiment=SWEEP,
+                   tags=run_tags("grpo", 1, 8), params={"budget": {"update_steps": 400}})
+    for method in ("sql", "api"):
+        runs, _ = collect(uri, SWEEP, workdir, method=method)
+        rows = runs.set_index("run_id")
+        assert rows.loc["tokens", ["budget_axis", "budget_amount"]].tolist() == ["gen_tokens", 98304]
+        assert rows.loc["offline", ["budget_axis", "budget_amount"]].tolist() == ["update_steps", 400]
+        assert rows["budget_steps"].isna().all()
 
 
 def test_one_flatten_behind_params_and_run_json():

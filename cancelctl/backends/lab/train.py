@@ -161,7 +161,9 @@ class LabRun:
         # e.g. on a full disk) are replayed identically from the checkpoint: logged once, not twice
         logged_through = RunFolder(self.run_dir).last_step() if resumed else None
         monitor, spike = RunMonitor(spec.monitor, self.run_dir, resume_step=self.progress.step), lr_spike()
-        for step in range(self.progress.step + 1, spec.budget.steps + 1):
+        step = self.progress.step
+        while not self.budget_reached(step):  # a run resumed from its last step's checkpoint is done
+            step += 1
             if spec.lab.fail_at_step == step:
                 raise RuntimeError(f"lab.fail_at_step={step}: injected failure (executor tests)")
             if spike is not None and spike[0] == step:  # test support: diverge on purpose (monitor.LR_SPIKE_ENV)
@@ -169,7 +171,8 @@ class LabRun:
                     group["lr"] *= spike[1]
             started = time.perf_counter()
             metrics = self.train_step(step)
-            if step % spec.eval.every == 0 or step == spec.budget.steps:
+            last = self.budget_reached(step)  # the final eval and checkpoint are at the step reaching it
+            if step % spec.eval.every == 0 or last:
                 metrics.update(self.evaluate(step))
             self.progress.hours_cum += (time.perf_counter() - started) / 3600
             metrics["compute/hours_cum"] = self.progress.hours_cum
@@ -186,12 +189,24 @@ class LabRun:
             if logged_through is None or step > logged_through:
                 self.logger.log(step, metrics)
             stop = monitor.observe(step, metrics)  # alerts.jsonl; a `stop` rule writes stopped.json
-            if stop is not None or step % spec.lab.checkpoint_every == 0 or step == spec.budget.steps:
+            if stop is not None or step % spec.lab.checkpoint_every == 0 or last:
                 self.save()
             if stop is not None:  # ends at this step boundary, its checkpoint kept
                 break
             preemption.at_step_boundary(self.save)  # requeue/timeout signal: save, then hand over
         return dict(self.progress.last_metrics)
+
+    def budget_reached(self, step: int) -> bool:
+        """Whether the run is done after `step`: its step budget, or the first step whose cumulative
+        compute reaches a compute budget. That step's tokens (every rollout of it, discarded ones
+        included) all count, so a token budget is overshot by less than one step's tokens: at most
+        balance_max_rounds × prompts × G × max_new_tokens (reward_balanced), else one round's."""
+        budget = self.spec.budget
+        if budget.gen_tokens is not None:
+            return self.progress.gen_tokens_cum >= budget.gen_tokens
+        if budget.update_steps is not None:
+            return self.progress.update_steps_cum >= budget.update_steps
+        return step >= budget.steps
 
     def train_step(self, step: int) -> dict[str, float]:
         spec, alg = self.spec, self.spec.algorithm

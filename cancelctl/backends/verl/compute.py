@@ -26,6 +26,7 @@ from cancelctl.tracking.runfiles import iter_metrics_lines
 RESPONSE_LENGTH = "response_length/mean"
 SAMPLER_GEN_TOKENS = "batching/gen_tokens"  # sampler.RewardBalancedReplayBuffer
 STEP_SECONDS = "timing_s/step"
+GEN_TOKENS_CUM = "compute/gen_tokens_cum"
 
 
 class ComputeAccount:
@@ -55,13 +56,17 @@ class ComputeAccount:
         if STEP_SECONDS in metrics:
             self.seconds[step] = metrics[STEP_SECONDS]
 
+    def gen_tokens_through(self, step: int) -> float:
+        """Generated tokens of the steps up to `step`."""
+        return sum(v for s, v in self.tokens.items() if s <= step)
+
     def add(self, step: int, metrics: Mapping[str, float]) -> dict[str, float]:
         """`metrics` plus the compute keys of `step` (those whose inputs verl logged at that step)."""
         self._record(step, metrics)
         out = dict(metrics)
         if step in self.tokens:
             out["compute/gen_tokens"] = self.tokens[step]
-            out["compute/gen_tokens_cum"] = sum(v for s, v in self.tokens.items() if s <= step)
+            out[GEN_TOKENS_CUM] = self.gen_tokens_through(step)
         out["compute/update_steps_cum"] = float(step * self.updates_per_step)
         if step in self.seconds:
             out["compute/hours_cum"] = sum(v for s, v in self.seconds.items() if s <= step) * self.gpus / 3600

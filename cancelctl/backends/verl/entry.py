@@ -21,6 +21,13 @@ The spec's monitor rules (`cancelctl.jobs.monitor.RunMonitor`) see every forward
 alerts go to alerts.jsonl, and a `stop` rule ends verl (its checkpoints under `checkpoints/` kept)
 and returns normally, so the job records the run as stopped.
 
+A generated-token budget (`budget.gen_tokens`) ends the same way, at the first step whose
+`compute/gen_tokens_cum` reaches it (`TokenBudget`; verl's own step cap, render.step_cap, is one it
+never reaches first): later steps verl logged are not forwarded, and the run is completed, not
+stopped. verl validates at `trainer.test_freq` steps only, so its last evaluation is the last one at
+or before that step (an update-step budget is a known step count: verl ends there itself, with its
+final validation and checkpoint).
+
 Before verl starts, `check_loss_plugin` checks in this process (same environment as verl's driver and
 workers) that verl will load the loss plugin (its entry point, VERL_USE_EXTERNAL_PLUGINS), without
 importing verl. If verl then fails, `inactive_plugin` imports verl here to tell whether the plugin
@@ -50,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl.backends.verl import render
-from cancelctl.backends.verl.compute import ComputeAccount
+from cancelctl.backends.verl.compute import GEN_TOKENS_CUM, ComputeAccount
 from cancelctl.backends.verl.data_files import absolute
 from cancelctl.backends.verl.render import config_name, launch_blockers, render_override_set
 from cancelctl.jobs import preemption
@@ -136,8 +143,11 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     # k+1… again: the rules' windows are refilled from the steps logged, and the replayed steps are not forwarded
     # (MLflow holds each step once)
     logged = last_logged_step(run_dir / METRICS_JSONL)
+    budget = TokenBudget(run)
+    if budget.reached_before(compute, logged):  # an earlier attempt ended at the budget, then lost its result
+        return last_logged_metrics(run_dir / METRICS_JSONL)
     mon = RunMonitor(run.spec.monitor, run_dir, resume_step=logged)
-    forwarder = MetricsForwarder(run_dir / VERL_METRICS, logger, monitored(compute.add, mon), skip_through=logged)
+    forwarder = MetricsForwarder(run_dir / VERL_METRICS, logger, monitored(compute.add, mon, budget), skip_through=logged)
     # Own session: on cancel/requeue the whole tree (verl driver, Ray started by it) is stopped.
     command = [*job_command(run, run_dir, sys.executable, launch_dir_of(run_dir)), *resume_overrides(run_dir / "checkpoints", logged)]
     proc = subprocess.Popen(command, cwd=run_dir, env=env, start_new_session=True, stderr=subprocess.PIPE)
@@ -145,8 +155,8 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     try:
         while proc.poll() is None:
             forwarder.pump()
-            if mon.stopped is not None:  # a `stop` rule fired: end verl, the run is stopped, not failed
-                _stop(proc)
+            if mon.stopped is not None or budget.reached_at is not None:  # a `stop` rule fired (the run is
+                _stop(proc)  # stopped, not failed), or the token budget is spent (the run is completed)
                 break
             # USR2 → submitit requeues; SIGTERM → Terminated; either way `finally` stops verl, which
             # resumes from its own checkpoints (trainer.save_freq), so there is nothing to save here.
@@ -159,7 +169,7 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
             _stop(proc)
         stderr.join()
         forwarder.pump()
-    if mon.stopped is not None:
+    if mon.stopped is not None or budget.reached_at is not None:
         return forwarder.last
     if proc.returncode != 0:
         # SLURM signals every process of the job at once (requeue, scancel, time limit): verl dying of
@@ -217,16 +227,46 @@ def root_exception(lines: Iterable[str]) -> str | None:
 
 
 def monitored(
-    derive: Callable[[int, dict[str, float]], dict[str, float]], mon: RunMonitor
-) -> Callable[[int, dict[str, float]], dict[str, float]]:
-    """The forwarder's `derive`: add the compute keys, then let the monitor rules see the step."""
+    derive: Callable[[int, dict[str, float]], dict[str, float]], mon: RunMonitor, budget: TokenBudget | None = None
+) -> Callable[[int, dict[str, float]], dict[str, float] | None]:
+    """The forwarder's `derive`: add the compute keys, then let the monitor rules see the step; None
+    (not forwarded) for a step after the one that spent the token budget."""
 
-    def step(s: int, m: dict[str, float]) -> dict[str, float]:
+    def step(s: int, m: dict[str, float]) -> dict[str, float] | None:
+        if budget is not None and budget.reached_at is not None and s > budget.reached_at:
+            return None
         m = derive(s, m)
         mon.observe(s, m)  # alerts.jsonl; a stop writes stopped.json and sets mon.stopped
+        if budget is not None:
+            budget.observe(s, m)
         return m
 
     return step
+
+
+class TokenBudget:
+    """`budget.gen_tokens` in the job: the first step whose `compute/gen_tokens_cum` reaches it (every
+    rollout of that step counts, so the run overshoots by less than that step's tokens)."""
+
+    def __init__(self, run: RunSpec) -> None:
+        self.amount = run.spec.budget.gen_tokens  # None: no token budget, nothing to watch
+        self.reached_at: int | None = None
+
+    def observe(self, step: int, metrics: dict[str, float]) -> None:
+        if self.amount is not None and self.reached_at is None and metrics.get(GEN_TOKENS_CUM, 0.0) >= self.amount:
+            self.reached_at = step
+
+    def reached_before(self, compute: ComputeAccount, logged: int) -> bool:
+        """Whether the steps an earlier attempt logged already spent the budget."""
+        return self.amount is not None and logged > 0 and compute.gen_tokens_through(logged) >= self.amount
+
+
+def last_logged_metrics(metrics_jsonl: Path) -> dict[str, float]:
+    """The metrics of the last step an earlier attempt logged (its last line for that step)."""
+    last: dict[int, dict[str, float]] = {}
+    for line in iter_metrics_lines(metrics_jsonl):
+        last[line.step] = {**last.get(line.step, {}), **line.metrics}
+    return last[max(last)] if last else {}
 
 
 def last_logged_step(metrics_jsonl: Path) -> int:
@@ -298,7 +338,7 @@ class MetricsForwarder:
         self,
         path: Path,
         logger: Any,
-        derive: Callable[[int, dict[str, float]], dict[str, float]] | None = None,
+        derive: Callable[[int, dict[str, float]], dict[str, float] | None] | None = None,
         skip_through: int = 0,
     ):
         self.path = Path(path)
@@ -333,6 +373,8 @@ class MetricsForwarder:
             elif metrics:
                 if self.derive is not None:
                     metrics = self.derive(step, metrics)
+                    if metrics is None:  # past the step the run ended at
+                        continue
                 self.logger.log(step, metrics)
                 self.last = metrics
                 steps += 1

@@ -28,7 +28,7 @@ from cancelctl.backends.verl.layout import (
 )
 from cancelctl.backends.verl.overrides import ACTOR, ROLLOUT, OverrideSet
 from cancelctl.backends.verl.templates import Template, TemplateError, default_template, load_template
-from cancelctl.spec.run import RunSpec
+from cancelctl.spec.run import RunSpec, planned_steps
 
 VERL_ENTRY = ["python3", "-m", "verl.trainer.main_ppo"]
 CONFIG_NAME = {"fsdp": "ppo_trainer", "fsdp2": "ppo_trainer", "megatron": "ppo_megatron_trainer"}
@@ -172,7 +172,7 @@ def _spec_settings(run: RunSpec, template: Template) -> OverrideSet:
     _rollout(run, out)
     _algorithm(run, out)
     apply_batch_layout(run, template, out)
-    _trainer(run, out)
+    _trainer(run, out, template)
     _device(run, out)
     return out
 
@@ -300,13 +300,32 @@ def _optimizer(run: RunSpec, out: OverrideSet) -> None:
         out.set(f"{optim}.optimizer", _TORCH_OPTIMIZER[alg.optimizer])
 
 
-def _trainer(run: RunSpec, out: OverrideSet) -> None:
+def step_cap(run: RunSpec) -> int:
+    """verl's `trainer.total_training_steps`: the steps of a step budget or of an update-step budget
+    (a fixed number of optimizer steps a step), and for a generated-token budget a cap verl can never
+    reach first — the job ends verl at the step whose tokens reach the budget (entry.py) — from every
+    response having at least one token: gen_tokens / (prompts × G) steps."""
     spec = run.spec
-    out.set("trainer.total_training_steps", spec.budget.steps)
+    steps = planned_steps(spec)
+    return steps if steps is not None else -(-spec.budget.gen_tokens // (spec.budget.prompts_per_step * spec.rollout.G))
+
+
+def _trainer(run: RunSpec, out: OverrideSet, template: Template) -> None:
+    spec = run.spec
+    cap = step_cap(run)
+    if spec.budget.gen_tokens is not None:
+        # verl lays a step-keyed LR schedule (warmup ratio, cosine decay) over total_training_steps,
+        # which is the cap here, not the step the budget ends at: only verl's constant LR is faithful
+        schedule = {k.rsplit(".", 1)[-1]: v.value for k, v in template.overrides.settings.items() if ".optim.lr_" in k}
+        if schedule.get("lr_scheduler_type", "constant") != "constant" or schedule.get("lr_warmup_steps_ratio", 0) not in (0, None):
+            raise VerlRenderError(run, "budget.gen_tokens", (
+                "a token budget ends at a step verl does not know in advance, so a step-keyed LR schedule "
+                f"({schedule}) would be laid out over the cap of {cap} steps: use a constant LR or a steps/update_steps budget"))
+    out.set("trainer.total_training_steps", cap)
     if spec.budget.checkpoint_every is not None:
         out.set("trainer.save_freq", spec.budget.checkpoint_every)
     # verl stops at whichever comes first, epochs or steps; one step per epoch at least.
-    out.set("trainer.total_epochs", spec.budget.steps)
+    out.set("trainer.total_epochs", cap)
     out.set("trainer.nnodes", spec.cluster.nodes)
     out.set("trainer.n_gpus_per_node", ranks_per_node(run))
     out.set("trainer.logger", ["console", "mlflow"])

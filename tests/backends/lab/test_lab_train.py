@@ -252,3 +252,56 @@ def test_a_diverged_step_fails_the_run_instead_of_logging_numbers(tmp_path, warm
         train(lab_run(), tmp_path, logger, warm_cache)
     assert "'actor/pg_loss': nan" in str(failure.value) and "'actor/grad_norm': inf" in str(failure.value)
     assert sorted(logger.steps()) == [0, 1]
+
+
+# ---------------------------------------------------------------- compute budgets
+
+def token_budget(amount: int, patch: dict | None = None) -> dict:
+    return {**(patch or {}), "budget": {"steps": None, "gen_tokens": amount}}
+
+
+@pytest.mark.parametrize(
+    "patch", [{}, {"batching": {"strategy": "reward_balanced"}}], ids=["default", "reward_balanced"]
+)
+def test_a_token_budget_ends_at_the_first_step_reaching_it(patch, tmp_path, warm_cache):
+    """The step whose cumulative tokens reach the budget is the last: final eval and checkpoint there,
+    overshoot below that step's own tokens (≤ rounds × 4 prompts × G 4 × 16 tokens). Streams are
+    keyed by (seed, step), so it is the run a step budget of that many steps gives, to the number."""
+    _, by_steps = run_lab(lab_run({**patch, "budget": {"steps": 6}, "eval": {"every": 100}}), tmp_path / "steps", warm_cache)
+    cum = {s: m["compute/gen_tokens_cum"] for s, m in by_steps.steps().items() if s}
+    amount = int(cum[3]) + 1  # reached at step 4, not 3
+    final, logger = run_lab(lab_run(token_budget(amount, {**patch, "eval": {"every": 100}})), tmp_path / "tokens", warm_cache)
+    steps = logger.steps()
+    assert sorted(steps) == [0, 1, 2, 3, 4]
+    last = steps[4]
+    assert last["compute/gen_tokens_cum"] >= amount > steps[3]["compute/gen_tokens_cum"]
+    overshoot = last["compute/gen_tokens_cum"] - amount
+    assert overshoot < last["compute/gen_tokens"] <= last["batching/gen_rounds"] * 4 * 4 * 16
+    assert eval_key(2) in last and not any(eval_key(2) in steps[s] for s in (1, 2, 3))  # the final eval: at the budget
+    assert (tmp_path / "tokens" / CHECKPOINT).exists()
+    _, four = run_lab(lab_run({**patch, "budget": {"steps": 4}, "eval": {"every": 100}}), tmp_path / "four", warm_cache)
+    assert without_wall_clock(final) == without_wall_clock(four.steps()[4])
+
+
+def test_an_update_step_budget_ends_at_the_step_reaching_it(tmp_path, warm_cache):
+    """2 mini-batches (optimizer steps) a step: 5 updates are reached at step 3 (6 updates)."""
+    final, logger = run_lab(lab_run({"budget": {"steps": None, "update_steps": 5}}), tmp_path, warm_cache)
+    assert max(logger.steps()) == 3 and final["compute/update_steps_cum"] == 6.0
+    assert eval_key(2) in final
+
+
+def test_a_preempted_token_budget_run_resumes_and_ends_at_the_same_step(tmp_path, warm_cache):
+    _, probe = run_lab(lab_run({"budget": {"steps": 5}}), tmp_path / "probe", warm_cache)
+    amount = int(probe.steps()[4]["compute/gen_tokens_cum"]) - 1  # reached at step 4
+    budget = token_budget(amount)
+    whole, whole_log = run_lab(lab_run(budget), tmp_path / "whole", warm_cache)
+    assert max(whole_log.steps()) == 4
+
+    interrupted = tmp_path / "interrupted"
+    with pytest.raises(RuntimeError, match="fail_at_step=4"):  # after the step-2 checkpoint
+        run_lab(lab_run({**budget, "lab": {"checkpoint_every": 2, "fail_at_step": 4}}), interrupted, warm_cache)
+    resumed, resumed_log = run_lab(lab_run(budget), interrupted, warm_cache)
+    assert [s for s, _ in resumed_log.points] == [3, 4]  # the counters came back with the checkpoint
+    assert without_wall_clock(resumed) == without_wall_clock(whole)
+    again, again_log = run_lab(lab_run(budget), interrupted, warm_cache)  # resumed at its last step: done
+    assert again_log.points == [] and again == resumed

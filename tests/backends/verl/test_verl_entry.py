@@ -235,6 +235,43 @@ def test_healthy_verl_run_is_not_stopped(make_run, fake_verl):
     assert read_stop(fake_verl) is None and not (fake_verl / "alerts.jsonl").exists()
 
 
+TOKEN_BUDGET = "{budget: {steps: null, gen_tokens: 1000}}"  # 10 tokens × 128 responses at step 1 reach it
+
+
+def test_a_token_budget_ends_verl_at_the_step_reaching_it_and_the_run_completes(make_run, fake_verl, monkeypatch):
+    """Step 1 generates 1,280 tokens (≥ 1,000): verl (which logged step 2 too, then sleeps 60 s) is
+    ended at the next poll as a monitor stop would, step 2 is not the run's, and nothing says stopped."""
+    from cancelctl.jobs.monitor import read_stop
+
+    monkeypatch.setenv("FAKE_VERL_SLEEP", "60")
+    started = time.monotonic()
+    logger = ListLogger()
+    result = train(make_run(TOKEN_BUDGET), fake_verl, logger)
+    assert time.monotonic() - started < 30
+    assert [s for s, _ in logger.points] == [1] and result == logger.points[0][1]
+    assert result["compute/gen_tokens_cum"] == 1280.0
+    assert read_stop(fake_verl) is None and not (fake_verl / "alerts.jsonl").exists()
+    o = as_dict(json.loads((fake_verl / "argv.json").read_text())[2:])
+    assert o["trainer.total_training_steps"] == o["trainer.total_epochs"] == "8"  # ⌈1000 / (32 × 4)⌉: a cap never hit first
+
+
+def test_a_token_budget_not_yet_reached_lets_verl_run_on(make_run, fake_verl):
+    logger = ListLogger()
+    train(make_run("{budget: {steps: null, gen_tokens: 5000}}"), fake_verl, logger)  # 3,840 tokens in 2 steps
+    assert [s for s, _ in logger.points] == [1, 2]
+
+
+def test_an_attempt_after_the_budget_was_spent_does_not_start_verl_again(make_run, fake_verl):
+    """The job ended verl at the budget step and was requeued before writing its result: the steps it
+    logged spent the budget, so the next attempt returns the last one's metrics without running verl."""
+    (fake_verl / "metrics.jsonl").write_text(
+        '{"step": 1, "ts": 1, "metrics": {"compute/gen_tokens": 1280.0, "actor/pg_loss": 0.5}}\n'
+    )
+    result = train(make_run(TOKEN_BUDGET), fake_verl, ListLogger())
+    assert result == {"compute/gen_tokens": 1280.0, "actor/pg_loss": 0.5}
+    assert not (fake_verl / "argv.json").exists()
+
+
 def test_last_logged_step(tmp_path):
     from cancelctl.tracking.runfiles import encode_metrics_line
 

@@ -326,3 +326,25 @@ def test_micro_batches_that_do_not_divide_a_ranks_share_are_refused_at_render(ma
     assert exc.value.path == "algorithm.micro_batch_size_per_gpu"
     run = make_run("{cluster: {device: cpu, gpus_per_node: 0}, algorithm: {mini_batch_size: 4, micro_batch_size_per_gpu: 8}}", nodes=2)
     assert as_dict(render_overrides(run))["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == "8"
+
+
+@pytest.mark.parametrize("budget, steps", [
+    ("{steps: 10}", "10"),
+    ("{steps: null, update_steps: 7}", "4"),  # 2 optimizer steps a step (32 prompts / 16): ⌈7 / 2⌉, verl ends there itself
+    ("{steps: null, gen_tokens: 100000}", "782"),  # ⌈100000 / (32 × 4)⌉: a cap the job's stop comes before (entry.py)
+])
+def test_the_step_cap_follows_the_budget(make_run, budget, steps):
+    o = as_dict(render_overrides(make_run(f"{{budget: {budget}}}")))
+    assert o["trainer.total_training_steps"] == o["trainer.total_epochs"] == steps
+
+
+def test_a_token_budget_refuses_a_step_keyed_lr_schedule(make_run, tmp_path, monkeypatch):
+    """The schedule would be laid out over the cap, not the step the budget ends at."""
+    (tmp_path / "tpl" / "verl").mkdir(parents=True)
+    (tmp_path / "tpl" / "verl" / "warm.yaml").write_text(
+        "extends: fsdp\noverrides:\n  actor_rollout_ref.actor.optim.lr_warmup_steps_ratio: 0.1\n"
+    )
+    monkeypatch.setenv("CANCELCTL_TEMPLATES", str(tmp_path / "tpl"))
+    with pytest.raises(VerlRenderError, match="step-keyed LR schedule"):
+        render_overrides(make_run("{model: {template: warm}, budget: {steps: null, gen_tokens: 100000}}"))
+    assert render_overrides(make_run("{model: {template: warm}}"))  # a step budget: verl knows where it ends
