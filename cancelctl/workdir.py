@@ -6,6 +6,7 @@ and report, so none of them reaches into another for a path.
       cache/                        shared by runs (lab warm-start policies)
       sweeps/<sweep>/
         manifest.json, manifest.lock, submit.lock, driver.log
+        seed_rounds.json            the looks of a sweep run until decided (cancelctl.seed_rounds)
         runs/<name>__<run_id>/      one RunFolder per run (readable: arm, grid point, seed, run id)
         runs/<run_id>/              the same, as work dirs made before readable names: still used
         submitit/                   scheduler scripts, pickles and logs
@@ -28,6 +29,7 @@ from cancelctl.errors import ArgumentError, SweepNotFound
 from cancelctl.fileio import read_json
 from cancelctl.manifest import Manifest, ManifestStore, RunEntry
 from cancelctl.names import SWEEP_NAME, name_problem
+from cancelctl.seed_rounds import SEED_ROUNDS_JSON
 
 SWEEPS = "sweeps"
 RUNS = "runs"
@@ -205,6 +207,11 @@ class SweepPaths:
     @property
     def store(self) -> ManifestStore:
         return ManifestStore(self.manifest, recover=lambda: rebuild_manifest(self))
+
+    @property
+    def seed_rounds(self) -> Path:
+        """The seeds each look of a sweep run until decided holds (`cancelctl.seed_rounds`)."""
+        return self.sweep_dir / SEED_ROUNDS_JSON
 
     @property
     def submit_lock(self) -> Path:

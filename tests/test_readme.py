@@ -100,6 +100,8 @@ LOCAL_EXAMPLES = {
     "cancelctl ui lab-demo",
     "cancelctl --version",
 }
+# README "Seeds until decided": run by test_until_decided_example_on_a_tiny_lab_copy (the lab shrunk)
+UNTIL_DECIDED_EXAMPLE = "cancelctl sweep experiments/lab-claims-dfpo.yaml --until-decided --max-seeds 12"
 SLURM_EXAMPLES = {
     "cancelctl sweep experiments/lab-demo.yaml --executor slurm --no-wait",
     "cancelctl status lab-demo",
@@ -119,7 +121,7 @@ FIRST_VERL_EXAMPLES = [
 
 
 def test_every_readme_example_is_covered_here():
-    assert set(readme_commands()) == LOCAL_EXAMPLES | SLURM_EXAMPLES | set(FIRST_VERL_EXAMPLES)
+    assert set(readme_commands()) == LOCAL_EXAMPLES | SLURM_EXAMPLES | set(FIRST_VERL_EXAMPLES) | {UNTIL_DECIDED_EXAMPLE}
 
 
 @pytest.fixture(scope="module")
@@ -203,6 +205,37 @@ def test_demo_and_the_examples_on_its_work_dir(project, monkeypatch):
     assert result.exit_code == 0 and "gspo-G=4-s0" in result.output and "job stderr" in result.output, result.output
     result = cli("cancelctl ui lab-demo", project)
     assert result.exit_code == 0 and "mlflow ui --backend-store-uri sqlite:///" in result.output, result.output
+
+
+@pytest.mark.slow
+def test_until_decided_example_on_a_tiny_lab_copy(tmp_path, monkeypatch, template_db):
+    """README's --until-decided line as written, on a copy of lab-claims-dfpo.yaml whose lab is shrunk
+    to seconds a run (its arms, claims and seeds kept; the in-process debug executor): it adds rounds
+    up to 12 seeds, and the report gives per claim the verdict, the deciding look, looks and seeds."""
+    import yaml
+
+    (tmp_path / "experiments").mkdir()
+    spec = yaml.safe_load((ROOT / "experiments" / "lab-claims-dfpo.yaml").read_text())
+    spec["base"].update(executor="debug", budget={"steps": 2, "prompts_per_step": 4},
+                        eval={"every": 2, "k": 1, "prompts": 4})
+    spec["base"]["lab"] = {"d_model": 16, "n_layers": 1, "n_heads": 2, "warmstart_steps": 5, "max_operand": 5}
+    spec["base"]["algorithm"]["mini_batch_size"] = 4
+    (tmp_path / "experiments" / "lab-claims-dfpo.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    workdir = tmp_path / ".cancelctl"
+    workdir.mkdir()
+    shutil.copy(template_db, workdir / "mlflow.db")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CANCELCTL_WORKDIR", str(workdir))
+    result = cli(UNTIL_DECIDED_EXAMPLE, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "look 2: +5, 6 (" in result.output and "D-weight-dispersion:" in result.output, result.output
+    rounds = json.loads((workdir / "sweeps" / "lab-claims-dfpo" / "seed_rounds.json").read_text())
+    assert rounds["max_seeds"] == 12 and rounds["rounds"]
+    report = cli("cancelctl report lab-claims-dfpo --claims-only", tmp_path)
+    assert report.exit_code == 0 and "Claims (run until decided)" in report.output, report.output
+    table = json.loads((tmp_path / "results" / "lab-claims-dfpo" / "tables" / "claims.json").read_text())
+    for row in table["rows"]:
+        assert {"verdict", "decided_at", "looks", "n_seeds", "test"} <= set(row)
 
 
 @pytest.mark.slow

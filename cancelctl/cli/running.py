@@ -55,6 +55,15 @@ def sweep(
     ),
     wait: Optional[bool] = typer.Option(None, "--wait/--no-wait", help="Follow until done (default: yes locally, no on SLURM)."),
     allow_unmatched: bool = typer.Option(False, help="Run arms that are not compute-matched."),
+    until_decided: bool = typer.Option(
+        False, "--until-decided",
+        help="Add seeds in rounds to the arms of the claims still undecided (an anytime-valid sequential test "
+             "at every round) until every claim is decided or --max-seeds is reached.",
+    ),
+    max_seeds: Optional[int] = typer.Option(
+        None, "--max-seeds", min=2, help="--until-decided: at most this many seeds an arm (default: twice the file's)."
+    ),
+    batch: Optional[int] = typer.Option(None, "--batch", min=1, help="--until-decided: seeds a round adds (default 2)."),
 ) -> None:
     """Validate, expand and run every arm of a sweep; finished or running runs are never resubmitted.
     Exit 1 when a run failed, 3 when runs were cancelled (`cancelctl cancel`) and none failed."""
@@ -69,6 +78,8 @@ def sweep(
     if executor is not None and executor not in executor_names():
         *first, last = executor_names()
         fail_input(ArgumentError(f"--executor {executor!r}: expected {', '.join(first)} or {last}"))
+    if not until_decided and (max_seeds is not None or batch is not None):
+        fail_input(ArgumentError("--max-seeds and --batch go with --until-decided"))
     plan_ = load_or_exit(path, allow_unmatched)
     runner = get_executor(executor or plan_.runs[0].spec.executor)
     will_wait = (wait if wait is not None else runner.waits_by_default) and not dry_run
@@ -76,10 +87,15 @@ def sweep(
     launch = dict(workdir=wd, executor=executor, dry_run=dry_run, retry_failed=retry_failed, retry_stopped=retry_stopped)
     try:
         with signals_interrupt():
-            result = _launch(plan_, runner, will_wait, wd, launch)
+            if until_decided and not dry_run:  # prints its rounds and verdicts, exits
+                _until_decided(plan_, wd, will_wait, max_seeds, batch, allow_unmatched, launch)
+            result = _launch(_with_rounds(plan_, wd), runner, will_wait, wd, launch)  # (a dry run: this look's)
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, a closed terminal
         resume = " ".join(["cancelctl sweep", str(path)] + (["-w", str(workdir)] if workdir else [])
-                          + (["--executor", executor] if executor else []))
+                          + (["--executor", executor] if executor else [])
+                          + (["--until-decided"] if until_decided else [])
+                          + ([f"--max-seeds {max_seeds}"] if max_seeds is not None else [])
+                          + ([f"--batch {batch}"] if batch is not None else []))
         err_console.print(interrupted_message(exc, plan_.name, resume), highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code if isinstance(exc, Interrupted) else 130) from None
     except (SpecError, WorkdirStateError, OSError) as exc:
@@ -88,6 +104,65 @@ def sweep(
         say(err_console, "error:", "bold red", exc)
         raise typer.Exit(1)
     _print_launch(result, plan_)
+
+
+def _with_rounds(plan_, wd: Path):
+    """The sweep file plus the seeds `--until-decided` rounds added to it (they never turn stale)."""
+    from cancelctl.launch.until_decided import planned_with_rounds
+
+    try:
+        return planned_with_rounds(plan_, wd)
+    except (SpecError, WorkdirStateError) as exc:
+        fail(exc)
+
+
+def _until_decided(plan_, wd: Path, will_wait: bool, max_seeds, batch, allow_unmatched: bool, launch: dict) -> None:
+    """`sweep --until-decided`: rounds of seeds (`run_until_decided`), judged by the report's claims."""
+    from cancelctl.launch.until_decided import DEFAULT_BATCH, run_until_decided
+    from cancelctl.report.live.watch import WatchProgress
+    from cancelctl.report.sweep_report import judge_until_decided
+
+    def judge(rounds):
+        return judge_until_decided(wd, plan_.name, rounds, allow_unmatched=allow_unmatched)
+
+    options = dict(executor=launch["executor"], retry_failed=launch["retry_failed"],
+                   retry_stopped=launch["retry_stopped"], wait=will_wait,
+                   max_seeds=max_seeds if max_seeds is not None else 2 * len(plan_.spec.seeds),
+                   batch=batch if batch is not None else DEFAULT_BATCH)
+    if will_wait:
+        with WatchProgress(plan_.name, console=console) as view:
+            result = run_until_decided(plan_, workdir=wd, judge=judge, progress=view, **options)
+    else:
+        result = run_until_decided(plan_, workdir=wd, judge=judge, **options)
+    _print_until_decided(result, plan_)
+
+
+def _print_until_decided(result, plan_) -> None:
+    from cancelctl.launch.until_decided import STILL_RUNNING
+    from cancelctl.report.claims import decided_text, sequential_verdict_text
+    from cancelctl.report.sequential_claims import budget_spent, seeds_per_look
+
+    for launch in result.launches:
+        for warning in launch.warnings:
+            say(err_console, "warning:", "yellow", warning)
+    rounds = result.rounds
+    submitted = sum(len(launch.submitted) for launch in result.launches)
+    console.print(f"{result.sweep}: {rounds.n_looks} look(s) ({seeds_per_look(rounds)}); submitted {submitted} run(s) "
+                  f"now; {result.stopped}", highlight=False, soft_wrap=True)
+    if result.stopped == STILL_RUNNING:
+        console.print(f"  run the same `cancelctl sweep ... --until-decided` once they have ended: it judges look "
+                      f"{rounds.n_looks} and goes on from there", highlight=False)
+    for row, spent in zip(result.verdicts, budget_spent(result.verdicts, rounds)):
+        v = row.verdict
+        where = f" ({v.group})" if v.group else ""
+        console.print(f"  {v.claim_id}{where}: {sequential_verdict_text(row)}; decided {decided_text(row, spent)}, "
+                      f"{row.looks} look(s), {v.n_seeds} seeds, {v.test}", highlight=False, soft_wrap=True)
+    for launch in result.launches:
+        for run_id, why in launch.errors.items():
+            say(err_console, "FAILED", "bold red", f"{run_id}: {why}")
+    if result.verdicts:
+        console.print(f"the claims table: cancelctl report {result.sweep} --claims-only", highlight=False)
+    raise typer.Exit(result.exit_code)
 
 
 def _launch(plan_, runner, will_wait: bool, wd: Path, launch: dict):

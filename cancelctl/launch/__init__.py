@@ -9,6 +9,7 @@ API (the CLI's verbs are thin wrappers)::
     wait_for_sweep(workdir, sweep, progress=None, poll_s=5.0, timeout_s=None) -> list[RunState]
     cancel_sweep(workdir, sweep) -> list[str]                    # cancelled job ids
     latest_sweep(workdir) -> str | None
+    until_decided.run_until_decided(sweep, *, workdir, judge, max_seeds, batch=2, ...)  # sweep --until-decided
 
 `progress` is called with the current `list[RunState]` at every poll.
 

@@ -30,6 +30,7 @@ from cancelctl.report.render_html import render_html
 from cancelctl.report.render_markdown import render_markdown
 from cancelctl.report.render_terminal import print_report
 from cancelctl.report.screening import ShortRunsError, rejected_table, screen_points
+from cancelctl.report.sequential_claims import sequential_claims_table, sequential_verdicts
 from cancelctl.report.tables import build_tables
 from cancelctl.report.thresholds import default_kappa
 from cancelctl.stats import compute_match, verdicts
@@ -38,6 +39,7 @@ from cancelctl.stats.frames import COMPUTE_KEYS
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from cancelctl.seed_rounds import SeedRounds
     from cancelctl.spec.claims import ClaimSpec
 
 
@@ -64,6 +66,7 @@ def build_report(
     notes: Sequence[str] = (),
     alerts: SweepAlerts | None = None,
     include_stopped: bool = False,
+    seed_rounds: SeedRounds | None = None,
 ) -> Report:
     """Build the sweep report and write it to `out_dir` (the report folder itself, e.g.
     results/<sweep>; see `default_report_dir`).
@@ -75,6 +78,8 @@ def build_report(
     unless `include_unfinished`. `console`: a rich Console to print the tables on, or None.
     `claims`: the sweep file's claims, judged per comparison group into the "claims" table
     (`cancelctl.stats.verdicts`); `claims_only` prints only that table (every file is still written).
+    `seed_rounds`: the looks of a sweep run until decided (`sweep --until-decided`): its claims are then
+    judged at every look by the e-process (`cancelctl.report.sequential_claims`).
     `alerts`: the monitor's alerts and stops from the run folders (`read_sweep_alerts`): an "Alerts"
     table, and runs a rule stopped left out of the tables unless `include_stopped` (a note says so).
     Points that cannot be right (non-finite, outside the run's budget) are rejected and listed in a
@@ -124,7 +129,13 @@ def build_report(
         judged_on = prepared
         if len(table_runs) < len(screened.runs):  # the claims see every run, stopped ones included
             judged_on, _ = prepare_sweep(screened.runs, screened.metrics, baseline, include_unfinished, n_boot, seed)
-        tables.insert(0, claims_table(judged_on, claims, kappa, allow_unmatched, token_tol, n_boot, seed, alerts))
+        if seed_rounds is not None:  # run until decided: every claim at every look, by the e-process
+            judged = sequential_verdicts(judged_on, claims, seed_rounds, threshold=threshold, metric=metric,
+                                         allow_unmatched=allow_unmatched, token_tol=token_tol, n_boot=n_boot,
+                                         seed=seed, alerts=alerts)
+            tables.insert(0, sequential_claims_table(judged, seed_rounds))
+        else:
+            tables.insert(0, claims_table(judged_on, claims, kappa, allow_unmatched, token_tol, n_boot, seed, alerts))
         if claims_only:
             for table in tables[1:]:
                 table.shown = False

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from cancelctl.spec.claims import OUTCOME_KINDS
+from cancelctl.stats.sequential_verdicts import SequentialVerdict
 from cancelctl.stats.verdicts import Verdict
 
 
@@ -125,4 +126,88 @@ def verdicts_as_records(verdicts: Sequence[Verdict]) -> list[dict]:
         record = {k: (None if isinstance(val, float) and not math.isfinite(val) else val) for k, val in asdict(v).items()}
         record["verdict"] = verdict_text(v)
         records.append(record)
+    return records
+
+
+# ---------------------------------------------------------------- a sweep run until decided
+
+
+def sequential_verdict_text(row: SequentialVerdict) -> str:
+    """The verdict cell of a sweep run until decided: the decision, no fixed-design seed plan."""
+    v = row.verdict
+    if v.status == "cannot judge":
+        return f"cannot judge: {v.reason}"
+    text = v.status
+    if v.status == "inconclusive" and math.isfinite(v.distance) and v.distance < 0:
+        text = "inconclusive, leans against"
+    return text if v.compute_matched else f"{text} (NOT compute-matched)"
+
+
+def decided_text(row: SequentialVerdict, budget_spent: bool) -> str:
+    """'look 3', 'look 4 (last; Boschloo exact)' for an outcome claim, 'no (seed budget spent)'."""
+    if row.verdict.status == "cannot judge":
+        return "—"
+    if row.decided_at is not None:
+        return f"look {row.decided_at}" + ("" if row.sequential else " (judged once)")
+    return "no (seed budget spent)" if budget_spent else "no"
+
+
+def sequential_rows(rows: Sequence[SequentialVerdict], budget_spent: Sequence[bool]) -> list[dict[str, str]]:
+    """One display row per claim row of a sweep run until decided: the claim, its decision, the look
+    that decided it, the looks and seeds it took, the effect at that look, the anytime-valid p
+    (1/E; an outcome claim's: its exact test's) and its Bonferroni adjustment (m p), and the test."""
+    out = []
+    for row, spent in zip(rows, budget_spent):
+        v = row.verdict
+        contradicted = v.status == "contradicted"
+        out.append({
+            "claim": v.claim_id,
+            "source": v.source,
+            "group": v.group,
+            "arm vs versus": f"{v.arm} vs {v.versus}" if v.versus else f"{v.arm} (within runs)",
+            "metric": v.metric,
+            "predicted": predicted_text(v),
+            "verdict": sequential_verdict_text(row),
+            "decided": decided_text(row, spent),
+            "looks": str(row.looks),
+            "seeds": _n_text(v),
+            "effect [95% CI]": _effect_text(v),
+            "p": _p_text(v.p_against if contradicted else v.p),
+            "p (Bonferroni)": _p_text(v.p_against_holm if contradicted else v.p_holm),
+            "test": v.test if row.sequential else f"{v.test} (last look)",
+        })
+    return out
+
+
+def sequential_notes(rows: Sequence[SequentialVerdict], looks: int, seeds_per_look: str, batch: int,
+                     max_seeds: int, alpha: float) -> list[str]:
+    """How to read the table of a sweep run until decided; then each claim's own notes."""
+    m = max(1, len(rows))
+    notes = [
+        f"run until decided: {looks} look(s) ({seeds_per_look}), {batch} seed(s) a round, at most {max_seeds} an arm. "
+        f"Every paired claim is judged at every look by the safe t-test's e-process E on its per-seed differences "
+        f"(right-Haar prior on the scale, half-normal on the standardized effect; Pérez-Ortiz, Lardy, de Heide & "
+        f"Grünwald 2024, Ann. Statist.) and decided at the first look where E reaches m/α = {m}/{alpha:g} "
+        f"(Bonferroni over the {m} rows): anytime-valid, however many looks were taken.",
+        "decided = the look that decided the row; looks = the looks at which its seeds grew, up to it; seeds = shared "
+        "seeds there; effect and its 95% bootstrap CI at that look (the last look when undecided; the interval is not "
+        "anytime-valid); p = 1/E (anytime-valid, E's running maximum), p (Bonferroni) = m/E.",
+    ]
+    if any(not row.sequential and row.verdict.judged for row in rows):
+        notes.append("outcome claims (collapse rate, time to collapse, alert order) are unpaired: judged once, at the "
+                     "last look, by their own test at α/m (p its one-sided p, p (Bonferroni) m·p); that look's seeds were chosen by the "
+                     "paired claims.")
+    for row in rows:
+        if row.verdict.notes:
+            where = f" ({row.verdict.group})" if row.verdict.group else ""
+            notes.append(f"{row.verdict.claim_id}{where}: {row.verdict.notes}")
+    return notes
+
+
+def sequential_records(rows: Sequence[SequentialVerdict]) -> list[dict]:
+    """JSON-ready dicts: every number of the verdict, the decision's look, looks, e-values and level."""
+    records = verdicts_as_records([row.verdict for row in rows])
+    for record, row in zip(records, rows):
+        record.update(verdict=sequential_verdict_text(row), decided_at=row.decided_at, looks=row.looks,
+                      e_for=row.e_for, e_against=row.e_against, level=row.level, sequential=row.sequential)
     return records

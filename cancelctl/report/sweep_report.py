@@ -5,12 +5,17 @@ and MLflow store as recorded at launch), collect its runs from MLflow (+ run fol
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from cancelctl.errors import SpecError, UnmatchedArmsError
 from cancelctl.report.build import build_report, default_report_dir
 from cancelctl.report.screening import ShortRunsError
+
+if TYPE_CHECKING:
+    from cancelctl.seed_rounds import SeedRounds
+    from cancelctl.stats.sequential_verdicts import SequentialVerdict
 
 NOT_RUN = "sweep not run yet"
 ACTIVE_STATES = ("RUNNING", "SCHEDULED")
@@ -59,6 +64,7 @@ def report_sweep(
             claims=list(planned.spec.claims) if planned is not None else [], claims_only=claims_only,
             notes=store_notes + stale_notes + list(damaged.values()), alerts=read_sweep_alerts(workdir, sweep),
             include_stopped=include_stopped, include_unfinished=include_unfinished,
+            seed_rounds=sweep_seed_rounds(workdir, sweep),
         )
     except (UnmatchedArmsError, ShortRunsError) as exc:
         if not damaged:
@@ -127,7 +133,7 @@ def collect_sweep(uri: str, experiment: str, workdir: Path) -> tuple:
 def current_sweep(workdir: Path, sweep: str):
     """The sweep file as it is now (the manifest records its path), planned: the runs and claims the
     report is about. None when the file is gone or no longer loads (then every collected run counts)."""
-    from cancelctl.spec.expand import load_sweep
+    from cancelctl.spec.expand import load_sweep, with_seeds
     from cancelctl.workdir import sweep_paths
 
     store = sweep_paths(workdir, sweep).store
@@ -136,9 +142,20 @@ def current_sweep(workdir: Path, sweep: str):
         return None
     try:
         planned = load_sweep(manifest.file, allow_unmatched=True)
+        rounds = sweep_seed_rounds(workdir, sweep)
+        if rounds is not None and planned.spec.name == sweep:  # the seeds `sweep --until-decided` added
+            planned = with_seeds(planned, rounds.added())
     except SpecError:
         return None
     return planned if planned.spec.name == sweep else None
+
+
+def sweep_seed_rounds(workdir: Path, sweep: str):
+    """The rounds of seeds `sweep --until-decided` recorded for `sweep` (None: it never ran so)."""
+    from cancelctl.seed_rounds import load_seed_rounds
+    from cancelctl.workdir import sweep_paths
+
+    return load_seed_rounds(sweep_paths(workdir, sweep).seed_rounds)
 
 
 def only_current_runs(runs, metrics, planned) -> tuple:
@@ -176,3 +193,27 @@ def sweep_tracking_target(workdir: Path, sweep: str) -> tuple[str | None, str]:
     for record, folder in sweep_run_folders(workdir, sweep):
         return run_store_uri(record, folder.path), record.get("experiment") or sweep
     return None, sweep
+
+
+def judge_until_decided(
+    workdir: Path, sweep: str, rounds: SeedRounds, *, allow_unmatched: bool = False
+) -> list[SequentialVerdict]:
+    """The sequential verdicts of `sweep` at the looks of `rounds`, from its runs in the work dir
+    (tracking store and run folders, as `report` collects them) and the sweep file's claims."""
+    from cancelctl.report.alerts import read_sweep_alerts
+    from cancelctl.report.model import prepare_sweep
+    from cancelctl.report.screening import screen_points
+    from cancelctl.report.sequential_claims import sequential_verdicts
+    from cancelctl.tracking import resolve_tracking_uri
+
+    planned = current_sweep(workdir, sweep)
+    if planned is None or not planned.spec.claims:
+        return []
+    store_uri, experiment = sweep_tracking_target(workdir, sweep)
+    runs, metrics, _ = collect_sweep(store_uri or resolve_tracking_uri(None, workdir), experiment, workdir)
+    runs, metrics, _ = only_current_runs(runs, metrics, planned)
+    alerts = read_sweep_alerts(workdir, sweep)
+    screened = screen_points(runs, metrics, exempt=alerts.stops.keys())
+    baseline = planned.spec.baseline or sorted(screened.runs["arm"].astype(str).unique())[0]
+    prepared, _ = prepare_sweep(screened.runs, screened.metrics, baseline, False, 10_000, 0)
+    return sequential_verdicts(prepared, planned.spec.claims, rounds, allow_unmatched=allow_unmatched, alerts=alerts)

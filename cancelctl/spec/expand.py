@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,28 @@ def expand(data: Any, positions: dict, file: str, *, allow_unmatched: bool = Fal
             raise UnmatchedArmsError(mismatches)
         sweep.warnings.extend(str(m) for m in mismatches)
     return sweep
+
+
+def with_seeds(sweep: Sweep, added: dict[tuple[str, str], list[int]]) -> Sweep:
+    """`sweep` with more seeds for some (arm, comparison group) cells (`sweep --until-decided`): each
+    new run is the cell's run with another seed (same resolved spec, its own run id), after the
+    file's runs. A seed the cell has already is skipped; a cell the sweep does not have is an error."""
+    firsts: dict[tuple[str, str], RunSpec] = {}
+    for run in sweep.runs:
+        firsts.setdefault((run.arm, run.group), run)
+    unknown = sorted(cell for cell in added if cell not in firsts)
+    if unknown:
+        listed = ", ".join(f"{arm} ({group or 'no group'})" for arm, group in unknown)
+        raise SpecError(f"sweep {sweep.name}: no arm and group {listed} in the sweep file to add seeds to")
+    have = {(run.arm, run.group, run.seed) for run in sweep.runs}
+    runs = list(sweep.runs)
+    for (arm, group), seeds in added.items():
+        first = firsts[(arm, group)]
+        for seed in seeds:
+            if (arm, group, seed) not in have:
+                have.add((arm, group, seed))
+                runs.append(make_run(sweep.name, arm, first.axes, seed, first.spec, group))
+    return replace(sweep, runs=runs)
 
 
 def compute_mismatches(sweep: Sweep) -> list[SpecIssue]:

@@ -14,6 +14,8 @@ file, prints, plots or touches MLflow: the report (`cancelctl.report`) hands the
     survival       time to collapse: the log-rank test (exact permutation at few runs), restricted mean
     outcomes       claims on the monitor's alerts: collapse rate, time to collapse, alert order
     verdicts       the claims of a sweep judged per group, Holm across the report
+    sequential     the safe t-test's e-process: anytime-valid decisions at every look (sweep --until-decided)
+    sequential_verdicts  the claims of a sweep run until decided, judged at every look, Bonferroni on e-values
 
 Sources: [D] = shared/papers/000_*.txt (DFPO), [H] = 004_*.txt (App. D: alert order), SPEC.md "Reports". Where a paper leaves a choice open
 the decision is stated in the docstring.
