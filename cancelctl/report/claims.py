@@ -52,6 +52,18 @@ def _p_text(p: float) -> str:
     return "—" if not math.isfinite(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")
 
 
+def claim_columns(v: Verdict) -> dict[str, str]:
+    """The columns that say which claim a row is: id, source, group, the arms, metric, prediction."""
+    return {
+        "claim": v.claim_id,
+        "source": v.source,
+        "group": v.group,
+        "arm vs versus": f"{v.arm} vs {v.versus}" if v.versus else f"{v.arm} (within runs)",
+        "metric": v.metric,
+        "predicted": predicted_text(v),
+    }
+
+
 def verdict_rows(verdicts: Sequence[Verdict]) -> list[dict[str, str]]:
     """One display row per verdict (terminal / Markdown / HTML): the claim, where, what was
     predicted, the verdict, the effect arm − versus with its 95% CI, the one-sided p of the claim's
@@ -60,12 +72,7 @@ def verdict_rows(verdicts: Sequence[Verdict]) -> list[dict[str, str]]:
     for v in verdicts:
         contradicted = v.status == "contradicted"
         rows.append({
-            "claim": v.claim_id,
-            "source": v.source,
-            "group": v.group,
-            "arm vs versus": f"{v.arm} vs {v.versus}" if v.versus else f"{v.arm} (within runs)",
-            "metric": v.metric,
-            "predicted": predicted_text(v),
+            **claim_columns(v),
             "verdict": verdict_text(v),
             "effect [95% CI]": _effect_text(v),
             "p": _p_text(v.p_against if contradicted else v.p),
@@ -161,12 +168,7 @@ def sequential_rows(rows: Sequence[SequentialVerdict], budget_spent: Sequence[bo
         v = row.verdict
         contradicted = v.status == "contradicted"
         out.append({
-            "claim": v.claim_id,
-            "source": v.source,
-            "group": v.group,
-            "arm vs versus": f"{v.arm} vs {v.versus}" if v.versus else f"{v.arm} (within runs)",
-            "metric": v.metric,
-            "predicted": predicted_text(v),
+            **claim_columns(v),
             "verdict": sequential_verdict_text(row),
             "decided": decided_text(row, spent),
             "looks": str(row.looks),
