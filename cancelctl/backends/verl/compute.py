@@ -9,7 +9,9 @@ so the report's compute axes are derived here, per step, from what it does log:
                               included, and that is taken instead;
 - `compute/update_steps_cum` = step × ppo_epochs × mini-batches per step (each mini-batch is one optimizer
                               step in verl, as in `plan.updates_per_step`);
-- `compute/hours_cum`       = Σ `timing_s/step` × GPUs (nodes × gpus_per_node) / 3600: GPU-hours.
+- `compute/hours_cum`       = Σ `timing_s/step` × GPUs (nodes × gpus_per_node) / 3600: GPU-hours;
+- `batching/discarded_rollouts_cum` = Σ the sampler's per-step `batching/discarded_rollouts` (its own
+                              running count restarts with each verl process, not with the checkpoint).
 Cumulative keys are sums over steps ≤ the current one, so a requeued verl that resumes from its own
 checkpoint at step k (and logs k+1… again) gets the same totals as an uninterrupted run: the values of
 earlier attempts are read back from the run's metrics.jsonl.
@@ -27,6 +29,8 @@ RESPONSE_LENGTH = "response_length/mean"
 SAMPLER_GEN_TOKENS = "batching/gen_tokens"  # sampler.RewardBalancedReplayBuffer
 STEP_SECONDS = "timing_s/step"
 GEN_TOKENS_CUM = "compute/gen_tokens_cum"
+DISCARDED = "batching/discarded_rollouts"  # sampler.RewardBalancedReplayBuffer, per step
+DISCARDED_CUM = "batching/discarded_rollouts_cum"
 
 
 class ComputeAccount:
@@ -39,6 +43,7 @@ class ComputeAccount:
         self.gpus = spec.cluster.nodes * max(spec.cluster.gpus_per_node, 1)
         self.tokens: dict[int, float] = {}
         self.seconds: dict[int, float] = {}
+        self.discarded: dict[int, float] = {}
         for step, metrics in history:
             self._record(step, metrics)
 
@@ -55,6 +60,8 @@ class ComputeAccount:
             self.tokens[step] = metrics[RESPONSE_LENGTH] * self.trajectories
         if STEP_SECONDS in metrics:
             self.seconds[step] = metrics[STEP_SECONDS]
+        if DISCARDED in metrics:
+            self.discarded[step] = metrics[DISCARDED]
 
     def gen_tokens_through(self, step: int) -> float:
         """Generated tokens of the steps up to `step`."""
@@ -70,4 +77,6 @@ class ComputeAccount:
         out["compute/update_steps_cum"] = float(step * self.updates_per_step)
         if step in self.seconds:
             out["compute/hours_cum"] = sum(v for s, v in self.seconds.items() if s <= step) * self.gpus / 3600
+        if step in self.discarded:
+            out[DISCARDED_CUM] = sum(v for s, v in self.discarded.items() if s <= step)
         return out

@@ -56,3 +56,20 @@ def test_reward_balanced_steps_count_every_generated_rollout(make_run):
     two = account.add(2, {"response_length/mean": 50.0})  # a step without the sampler's key
     assert one["compute/gen_tokens"] == 3 * trained_only
     assert two["compute/gen_tokens_cum"] == 4 * trained_only
+
+
+def test_a_resumed_sampler_restarting_its_count_keeps_the_runs_discard_total(make_run, tmp_path):
+    """Seen on real verl (tests/slurm/test_verl_e2e.py): requeued after step 3 and resumed from the
+    checkpoint of step 2, the reward-balanced sampler's own running count started again at 0."""
+    run = make_run("{batching: {strategy: reward_balanced}}", G=4)
+    jsonl = tmp_path / "metrics.jsonl"
+    first = ComputeAccount(run)
+    with jsonl.open("wb") as fh:
+        for step, cum in ((1, 32.0), (2, 96.0), (3, 128.0)):
+            metrics = {"batching/discarded_rollouts": cum - {1: 0, 2: 32, 3: 96}[step], "batching/discarded_rollouts_cum": cum}
+            fh.write(encode_metrics_line(step, 0, first.add(step, metrics)))
+    second = ComputeAccount.from_run_dir(run, jsonl)
+    # the new process replays step 3 and goes on, its own count from 0
+    out = [second.add(step, {"batching/discarded_rollouts": 32.0, "batching/discarded_rollouts_cum": 32.0 * i})
+           for i, step in enumerate((3, 4), start=1)]
+    assert [o["batching/discarded_rollouts_cum"] for o in out] == [128.0, 160.0]
