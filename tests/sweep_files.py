@@ -33,3 +33,14 @@ def write_sweep(directory: Path, name: str, *, arms=None, seeds=(0, 1), steps=4,
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
+
+# gen tokens vs update steps of the same runs: always far apart (decided once E can reach the bar);
+# the tiny lab's reward is 0 in every run (never decided: equal differences of 0)
+# claims of the `--until-decided` tests (tests/launch, tests/cli)
+UNTIL_DECIDED_CLAIMS = [
+    {"id": "tokens", "source": "test", "statement": "more tokens than updates",
+     "metric": {"kind": "mean", "key": "compute/gen_tokens_cum", "versus_key": "compute/update_steps_cum"},
+     "direction": "higher", "arm": "grpo", "versus": "grpo"},
+    {"id": "score", "source": "test", "statement": "gspo scores higher",
+     "metric": {"kind": "mean", "key": "critic/score/mean"}, "direction": "higher", "arm": "gspo", "versus": "grpo"},
+]

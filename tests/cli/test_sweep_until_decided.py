@@ -5,19 +5,12 @@ from __future__ import annotations
 
 import shutil
 
-from sweep_files import write_sweep
+from sweep_files import UNTIL_DECIDED_CLAIMS as CLAIMS, write_sweep
 from typer.testing import CliRunner
 
 from cancelctl.cli import app
 
 runner = CliRunner()
-CLAIMS = [
-    {"id": "tokens", "source": "test", "statement": "more tokens than updates",
-     "metric": {"kind": "mean", "key": "compute/gen_tokens_cum", "versus_key": "compute/update_steps_cum"},
-     "direction": "higher", "arm": "grpo", "versus": "grpo"},
-    {"id": "score", "source": "test", "statement": "gspo scores higher",
-     "metric": {"kind": "mean", "key": "critic/score/mean"}, "direction": "higher", "arm": "gspo", "versus": "grpo"},
-]
 
 
 def test_until_decided_options_are_checked(tmp_path):

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from sweep_files import write_sweep
+from sweep_files import UNTIL_DECIDED_CLAIMS as CLAIMS, write_sweep
 
 from cancelctl.errors import ArgumentError, SpecError, WorkdirStateError
 from cancelctl.jobs.outcome import read_attempts
@@ -28,15 +28,6 @@ from cancelctl.stats.sequential_verdicts import SequentialVerdict
 from cancelctl.stats.verdicts import Verdict
 from cancelctl.workdir import sweep_paths
 
-# gen tokens vs update steps of the same runs: always far apart (decided once E can reach the bar);
-# the tiny lab's reward is 0 in every run (never decided: equal differences of 0)
-CLAIMS = [
-    {"id": "tokens", "source": "test", "statement": "more tokens than updates",
-     "metric": {"kind": "mean", "key": "compute/gen_tokens_cum", "versus_key": "compute/update_steps_cum"},
-     "direction": "higher", "arm": "grpo", "versus": "grpo"},
-    {"id": "score", "source": "test", "statement": "gspo scores higher",
-     "metric": {"kind": "mean", "key": "critic/score/mean"}, "direction": "higher", "arm": "gspo", "versus": "grpo"},
-]
 
 
 def _row(claim: str, arm: str, versus: str, n: int, *, decided: int | None = None, group: str = "",
