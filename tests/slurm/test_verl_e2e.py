@@ -294,9 +294,8 @@ def test_a_verl_sweep_trains_on_real_main_ppo_under_slurm_requeues_stops_and_rep
     history = metric_history(workdir, sweep)  # asserts one point per step and key (the requeue replays step 3)
     for arm in TRAINING_ARMS:
         keys, steps = history[arm], REQUEUED_STEPS if arm == REQUEUED else STEPS
-        if arm == STOPPED:  # the rule fired at step 2; verl goes on until the job's stop reaches it
-            steps = max(keys["critic/score/mean"])  # (seen: 3-4 steps later beside two other runs)
-            assert 2 <= steps < STOPPED_BUDGET, keys["critic/score/mean"]
+        if arm == STOPPED:  # the rule fired at step 2: verl trains on until the job's stop reaches it
+            steps = 2  # (seen: 3-4 steps later beside two other runs), but the run ends at the rule's step
         assert set(keys["critic/score/mean"]) == set(range(1, steps + 1)), arm
         assert all(v > 0 for v in keys["actor/grad_norm"].values()), arm  # the update ran every step
         # the rollout has the trainer's weights after every update (weight sync): its log-probs match

@@ -230,10 +230,13 @@ def monitored(
     derive: Callable[[int, dict[str, float]], dict[str, float]], mon: RunMonitor, budget: TokenBudget | None = None
 ) -> Callable[[int, dict[str, float]], dict[str, float] | None]:
     """The forwarder's `derive`: add the compute keys, then let the monitor rules see the step; None
-    (not forwarded) for a step after the one that spent the token budget."""
+    (not forwarded) for a step after the one that spent the token budget or fired a `stop` rule: verl
+    trains on until the job's SIGTERM reaches it (on CPU a few steps), and the run ends at the rule's step."""
 
     def step(s: int, m: dict[str, float]) -> dict[str, float] | None:
         if budget is not None and budget.reached_at is not None and s > budget.reached_at:
+            return None
+        if mon.stopped is not None and s > mon.stopped.step:
             return None
         m = derive(s, m)
         mon.observe(s, m)  # alerts.jsonl; a stop writes stopped.json and sets mon.stopped

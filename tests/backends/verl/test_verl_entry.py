@@ -24,7 +24,7 @@ FAKE_VERL = textwrap.dedent(
     with open("argv.json", "w") as fh:
         json.dump(args, fh)
     with open(os.environ["VERL_FILE_LOGGER_PATH"], "wb") as fh:
-        for step in (1, 2):
+        for step in range(1, int(os.environ.get("FAKE_VERL_STEPS", "2")) + 1):
             nan = step == 2 and os.environ.get("FAKE_VERL_NAN")  # a blow-up: the nonfinite rule stops the run
             data = {"actor/pg_loss": float("nan") if nan else 0.5 / step, "val-core/aime/acc/mean@32": 0.1 * step, "note": "x", "flag": True,
                     "response_length/mean": 10.0 * step, "actor/dfpo/asym": 0.3, "actor/cancel/energy_b0": 0.4}
@@ -218,6 +218,7 @@ def test_a_monitor_stop_ends_verl_and_returns(make_run, fake_verl, monkeypatch):
 
     monkeypatch.setenv("FAKE_VERL_NAN", "1")
     monkeypatch.setenv("FAKE_VERL_SLEEP", "60")
+    monkeypatch.setenv("FAKE_VERL_STEPS", "4")  # verl trained on before the stop reached it: not forwarded
     started = time.monotonic()
     logger = ListLogger()
     result = train(make_run(), fake_verl, logger)
