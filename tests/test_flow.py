@@ -27,7 +27,7 @@ RUNS_JOBS = ("cancelctl.executors", "cancelctl.launch", "cancelctl.jobs", "cance
 # Project modules that read or write files, stores or processes: the statistics import none.
 DOES_IO = ("cancelctl.tracking", "cancelctl.workdir", "cancelctl.fileio", "cancelctl.manifest", "cancelctl.launch",
            "cancelctl.executors", "cancelctl.jobs", "cancelctl.backends", "cancelctl.report", "cancelctl.cli",
-           "cancelctl.bench", "cancelctl.smoke")
+           "cancelctl.bench", "cancelctl.smoke", "cancelctl.models")
 
 # (importer prefix, imported prefix, why): a module under the first may not import one under the second.
 FORBIDDEN = [
@@ -43,6 +43,8 @@ FORBIDDEN = [
     ("cancelctl.jobs", "cancelctl.smoke", "the job side never imports the smoke (a smoke runs ordinary jobs)"),
     ("cancelctl.backends", "cancelctl.smoke", "backends never import the smoke, which drives them"),
     ("cancelctl.smoke", "cancelctl.cli", "the smoke is a library call; the CLI prints it"),
+    *[("cancelctl.models", wing, "model preparation is a library: a wheel in, a folder out")
+      for wing in ("cancelctl.cli", "cancelctl.launch", "cancelctl.jobs", "cancelctl.executors", "cancelctl.backends")],
     *[("cancelctl.spec", wing, "the spec wing imports nothing that runs jobs") for wing in RUNS_JOBS],
     *[("cancelctl.stats", wing, "the statistics do no I/O of their own") for wing in DOES_IO],
 ]

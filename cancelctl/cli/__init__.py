@@ -5,6 +5,7 @@ of verbs; this module makes the Typer app and registers them, in the order `canc
     running      sweep, watch, status, cancel            launch, follow, stop
     results      list, logs, ui, report, sync            what a work dir holds and what it found
     data         data list, data prepare                 a sub-app: datasets in verl's parquet format
+    models       model list, model prepare               a sub-app: pretrained models as HF folders
     bench        bench losses                            a sub-app
     common       the consoles, --workdir, failure messages and exit codes
 
@@ -19,7 +20,7 @@ import sys
 
 import typer
 
-from cancelctl.cli import bench, data, inspecting, results, running
+from cancelctl.cli import bench, data, inspecting, models, results, running
 from cancelctl.cli.common import err_console, say
 from cancelctl.errors import SpecError, WorkdirStateError
 
@@ -60,6 +61,7 @@ VERBS = (
 for name, verb in VERBS:
     app.command(name)(verb)
 app.add_typer(data.app, name="data")
+app.add_typer(models.app, name="model")
 app.add_typer(bench.app, name="bench")
 
 

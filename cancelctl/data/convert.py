@@ -8,6 +8,7 @@ written, so it stays dense where a family drops rows (DAPO's duplicates).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from cancelctl.data.inventory import DatasetEntry
 from cancelctl.data.verl_rows import (
     GYM_INSTRUCTION,
+    GYM_NUMBER_INSTRUCTION,
     MATH_INSTRUCTION,
     ConversionError,
     answer_text,
@@ -130,7 +132,9 @@ def convert_dapo(records: Records, *, entry: DatasetEntry, split: str) -> Iterat
         written += 1
 
 
-def convert_reasoning_gym(records: Records, *, entry: DatasetEntry, split: str) -> Iterator[dict[str, Any]]:
+def convert_reasoning_gym(
+    records: Records, *, entry: DatasetEntry, split: str, instruction: str = GYM_INSTRUCTION
+) -> Iterator[dict[str, Any]]:
     """reasoning-gym items ({question, answer, metadata}): the whole item is kept as JSON in
     `extra_info.entry`, because the dataset's `score_answer(answer, entry)` is given it back."""
     for position, record in enumerate(records):
@@ -143,7 +147,7 @@ def convert_reasoning_gym(records: Records, *, entry: DatasetEntry, split: str) 
         item = {"question": question, "answer": record["answer"], "metadata": metadata}
         yield verl_row(
             data_source=entry.data_source,
-            messages=[{"role": "user", "content": f"{question}\n\n{GYM_INSTRUCTION}"}],
+            messages=[{"role": "user", "content": f"{question}\n\n{instruction}"}],
             ability="reasoning",
             ground_truth=ground_truth,
             split=split,
@@ -159,4 +163,6 @@ CONVERTERS: dict[str, Converter] = {
     "gsm8k": convert_gsm8k,
     "dapo": convert_dapo,
     "reasoning_gym": convert_reasoning_gym,
+    # for small models: the same items, asking for just the number (scored by its last number)
+    "reasoning_gym_number": functools.partial(convert_reasoning_gym, instruction=GYM_NUMBER_INSTRUCTION),
 }

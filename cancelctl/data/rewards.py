@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl.data import gym_reward, math_reward
-from cancelctl.data.inventory import GYM_DATA_SOURCE_PREFIX, GYM_SCORE_ANSWER, MATH_VERIFY, catalog, entry_for_data_source
+from cancelctl.data.inventory import GYM_DATA_SOURCE_PREFIX, GYM_SCORE_ANSWER, GYM_SCORE_NUMBER, MATH_VERIFY, catalog, entry_for_data_source
 
 REWARD_MODULE = "pkg://cancelctl.data.rewards"  # verl's custom_reward_function.path
 REWARD_FUNCTION = "compute_score"  # and its .name
@@ -26,6 +26,7 @@ RewardFn = Callable[..., float]  # (data_source, solution_str, ground_truth, ext
 VERIFIERS: dict[str, RewardFn] = {
     MATH_VERIFY: math_reward.compute_math_score,
     GYM_SCORE_ANSWER: gym_reward.compute_gym_score,
+    GYM_SCORE_NUMBER: gym_reward.compute_gym_number_score,
 }
 
 

@@ -42,6 +42,8 @@ VERL_COLUMNS = tuple(VERL_SCHEMA.names)
 MATH_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 # reasoning-gym's convention: its scorers are given the text between <answer> tags.
 GYM_INSTRUCTION = "Think step by step, then give only the final answer between <answer> and </answer> tags."
+# for ~100M-parameter models, which rarely keep tags: the response's last number is the answer
+GYM_NUMBER_INSTRUCTION = "Answer with just the number."
 
 
 class ConversionError(ValueError):

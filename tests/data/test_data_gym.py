@@ -65,3 +65,47 @@ def test_sizes():
     assert gym_sizes(None) == {"train": 1000, "test": 100}
     assert gym_sizes(8) == {"train": 8, "test": 1}
     assert entry("chain_sum").rows == {"train": 1000, "test": 100}
+
+
+def test_the_small_model_set_splits_its_200_questions_and_asks_for_a_number(tmp_path):
+    """chain_sum_small: two one-digit terms (200 distinct questions). Drawing train first and skipping
+    its questions would leave no test question; a fifth of the questions, by hash, is test only."""
+    from cancelctl.data.sources import held_out
+    from cancelctl.data.verl_rows import GYM_NUMBER_INSTRUCTION
+
+    (prepared,) = prepare(["chain_sum_small"], tmp_path, seed=0)
+    train = pq.read_table(prepared.files["train"]).to_pylist()
+    test = pq.read_table(prepared.files["test"]).to_pylist()
+    train_questions = {row["extra_info"]["question"] for row in train}
+    test_questions = [row["extra_info"]["question"] for row in test]
+    assert len(train) == 1000 and 140 <= len(train_questions) <= 170  # repeats: RL prompts come round again
+    assert 25 <= len(test) == len(set(test_questions)) and not train_questions & set(test_questions)
+    assert all(held_out(q, 0.2) for q in test_questions) and not any(held_out(q, 0.2) for q in train_questions)
+    for row in train[:50] + test:
+        item = json.loads(row["extra_info"]["entry"])
+        terms = [t for t in item["question"].split(":")[1].replace("=", "").split() if t not in "+-"]
+        assert len(terms) == 2 and all(len(t) == 1 for t in terms), item["question"]
+        assert row["prompt"][0]["content"].endswith(f"\n\n{GYM_NUMBER_INSTRUCTION}")
+        assert row["data_source"] == "reasoning_gym/chain_sum_small"
+
+
+@pytest.mark.parametrize(
+    "response, score",
+    [
+        ("The final answer to this arithmetic problem is {a}.", 1.0),
+        ("{a}", 1.0),
+        ("{a}.0", 1.0),
+        ("7 + 1 = {a}", 1.0),
+        ("{a} is not it, 1234 is", 0.0),  # the last number is the answer
+        ("{a}1", 0.0),  # reasoning-gym's own scorer gives this substring partial credit
+        ("no number", 0.0),
+        ("", 0.0),
+    ],
+)
+def test_the_small_model_set_scores_its_last_number_exactly(response, score):
+    from cancelctl.data import compute_score
+
+    for answer, question in (("8", "7 + 1 ="), ("-2", "7 - 9 =")):
+        extra = {"entry": json.dumps({"question": question, "answer": answer, "metadata": {}})}
+        text = response.format(a=answer)
+        assert compute_score("reasoning_gym/chain_sum_small", text, answer, extra) == score, text

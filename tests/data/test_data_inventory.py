@@ -32,7 +32,7 @@ def test_every_entry_is_complete(found):
         if found.family in ("competition", "gsm8k"):
             assert {"question", "answer"} <= set(found.columns)
     else:
-        assert found.kind == GYM and found.task and found.data_source == f"reasoning_gym/{found.task}"
+        assert found.kind == GYM and found.task and found.data_source == f"reasoning_gym/{found.name}"
 
 
 def test_split_layout_and_size_text():

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from cancelctl.data import UnknownDataSource, catalog, compute_score, known_data_sources, reward_for, reward_function_path
-from cancelctl.data.inventory import GYM_SCORE_ANSWER, MATH_VERIFY, entry_for_data_source
+from cancelctl.data.inventory import GYM_SCORE_ANSWER, GYM_SCORE_NUMBER, MATH_VERIFY, entry_for_data_source
 from cancelctl.data.rewards import VERIFIERS
 
 needs_math_verify = pytest.mark.skipif(importlib.util.find_spec("math_verify") is None, reason="math-verify not installed")
@@ -155,7 +155,7 @@ def test_any_reasoning_gym_task_has_a_reward_unknown_ones_do_not():
     ids=["none", "empty", "open-boxed", "empty-tags", "open-frac", "long"],
 )
 def test_never_none_for_any_catalog_data_source(data_source, response):
-    pytest.importorskip({MATH_VERIFY: "math_verify", GYM_SCORE_ANSWER: "reasoning_gym"}[entry_for_data_source(data_source).verifier])
+    pytest.importorskip({MATH_VERIFY: "math_verify", GYM_SCORE_ANSWER: "reasoning_gym", GYM_SCORE_NUMBER: "reasoning_gym"}[entry_for_data_source(data_source).verifier])
     score = compute_score(data_source, response, "7", {"entry": "not json"})
     assert isinstance(score, float) and not math.isnan(score) and 0.0 <= score <= 1.0
 

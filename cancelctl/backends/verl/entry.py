@@ -81,11 +81,15 @@ MECHANISM_PREFIXES = ("mismatch/", "hacking/", "dfpo/", "cancel/")
 
 def job_overrides(run: RunSpec, run_dir: Path, launch_dir: Path | None = None) -> list[str]:
     """verl's overrides in the job. verl runs in the run folder, so relative data and reward paths
-    are made absolute against `launch_dir` (where `cancelctl sweep` ran; run.json keeps it)."""
+    are made absolute against `launch_dir` (where `cancelctl sweep` ran; run.json keeps it), and so
+    is a model path that names a folder there (`model prepare`'s models/NAME; a Hub id stays)."""
     overrides = render_override_set(run)
     if launch_dir is not None:  # the renderer's own values, made absolute (pkg:// paths stay as they are)
         for key in ("data.train_files", "data.val_files"):
             overrides.set(key, [absolute(f, launch_dir) for f in overrides.settings[key].value])
+        model = overrides.settings["actor_rollout_ref.model.path"]
+        if Path(absolute(model.value, launch_dir)).is_dir():
+            overrides.set(model.key, absolute(model.value, launch_dir))
         reward = overrides.settings.get("reward.custom_reward_function.path")
         if reward is not None:
             overrides.set(reward.key, absolute(reward.value, launch_dir))

@@ -179,9 +179,14 @@ def _spec_settings(run: RunSpec, template: Template) -> OverrideSet:
 
 def _model(run: RunSpec, out: OverrideSet) -> None:
     model = run.spec.model
-    if model.dtype != "bf16":
-        # verl trains in bf16 mixed precision with fp32 master weights; there is no fp32 switch.
-        raise VerlRenderError(run, "model.dtype", "verl trains in bf16 mixed precision; model.dtype fp32 is lab-only")
+    if model.dtype == "fp32":
+        if model.strategy == "megatron":
+            raise VerlRenderError(run, "model.dtype", "fp32 training is rendered for strategy fsdp/fsdp2; megatron trains in bf16")
+        # FSDP's compute dtype (verl workers/engine/fsdp/transformer_impl.py:391-403; autocast is skipped
+        # for fp32 at :1555). Where it matters: CPUs without AVX512-BF16/AMX emulate bf16 matmuls (~7x
+        # slower than fp32 on CI's EPYC), so a real model on the CPU runtime trains in fp32.
+        fp32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+        out.set(f"{ACTOR}.fsdp_config.mixed_precision", fp32, add=True)
     out.set("actor_rollout_ref.model.path", model.path)
     out.set("actor_rollout_ref.model.enable_gradient_checkpointing", model.gradient_checkpointing)
     if model.strategy == "megatron":

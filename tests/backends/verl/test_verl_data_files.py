@@ -102,6 +102,34 @@ def test_the_job_hands_verl_absolute_paths_against_the_launch_dir(tmp_path):
     assert f"data.val_files=[{tmp_path}/project/data/aime25/test.parquet,/abs/aime24/test.parquet]" in lines
     assert f"reward.custom_reward_function.path={tmp_path}/project/rewards/mine.py" in lines
     assert data_problems(run, base=tmp_path / "project")[0][1].startswith(f"{tmp_path}/project/data/dapo-math-17k/train.parquet: no such file")
+    assert f"actor_rollout_ref.model.path={run.spec.model.path}" in lines  # a Hub id: no such folder here
+
+
+def test_a_verl_experiment_on_a_prepared_model_says_how_to_prepare_it():
+    """A model path under models/ is a folder `cancelctl model prepare` writes; its `# Model:` line says so."""
+    from cancelctl.models import entry
+
+    checked = 0
+    for path in sorted(EXPERIMENTS.glob("*.yaml")):
+        models = {r.spec.model.path for r in load_sweep(path, allow_unmatched=True).runs if r.spec.backend == "verl"}
+        prepared = sorted(m for m in models if m.startswith("models/"))
+        if not prepared:
+            continue
+        (line,) = [line for line in path.read_text().splitlines() if line.startswith("# Model:")]
+        command = line.split("`")[1].split()
+        assert command[:3] == ["cancelctl", "model", "prepare"], (path.name, line)
+        assert [f"models/{entry(name).name}" for name in command[3:]] == prepared, (path.name, line)
+        checked += 1
+    assert checked == 1  # real-lm
+
+
+def test_a_model_folder_in_the_launch_dir_is_handed_to_verl_absolute(tmp_path):
+    """`model prepare` writes models/NAME where the sweep is launched; verl runs in the run folder."""
+    run = load_sweep(GROUP_SIZE).runs[0]
+    run.spec.model.path = "models/smollm2-135m"
+    (tmp_path / "project" / "models" / "smollm2-135m").mkdir(parents=True)
+    lines = job_overrides(run, tmp_path / "run", launch_dir=tmp_path / "project")
+    assert f"actor_rollout_ref.model.path={tmp_path}/project/models/smollm2-135m" in lines
 
 
 @pytest.mark.verl
@@ -139,4 +167,4 @@ def test_every_verl_experiment_names_data_that_data_prepare_makes_and_says_how()
         assert command[:3] == ["cancelctl", "data", "prepare"], (path.name, line)
         assert set(command[3:]) == {m[0] for m in made.values()}, (path.name, line)
         checked += 1
-    assert checked == 7  # group-size, dfpo-vs-gspo, batching, delta-injection, clip-strength, variance-noise, first-verl
+    assert checked == 8  # group-size, dfpo-vs-gspo, batching, delta-injection, clip-strength, variance-noise, first-verl, real-lm

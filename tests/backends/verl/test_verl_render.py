@@ -184,7 +184,7 @@ def test_wrapper_options(make_run):
     "arm, kwargs, match",
     [
         ("{}", {"model_extra": ", tensor_parallel: 2"}, "apply to strategy megatron"),
-        ("{model: {dtype: fp32}}", {}, "bf16"),
+        ("{model: {dtype: fp32}}", {"strategy": "megatron"}, "megatron trains in bf16"),
         ("{model: {template: nope}}", {}, "unknown verl template 'nope'; available: .*fsdp"),
         ("{model: {template: megatron}}", {}, "is for strategy megatron"),
         ("{model: {rollout_tensor_parallel: 3}}", {}, "does not divide"),
@@ -300,6 +300,13 @@ def test_a_two_node_cpu_run_joins_the_allocations_ray_on_routable_addresses(make
     # ray.init refuses resources when it joins a cluster: each node's `ray start` offers them
     assert not {"ray_kwargs.ray_init.num_cpus", "ray_kwargs.ray_init.num_gpus", "ray_kwargs.ray_init.include_dashboard"} & set(lines)
     assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in job_env(run) and job_env(run)["VERL_PLATFORM"] == "cpu"
+
+
+def test_fp32_sets_fsdps_compute_dtype_and_bf16_leaves_verls_default(make_run):
+    """verl's FSDP engine reads fsdp_config.mixed_precision.param_dtype (and skips autocast at fp32)."""
+    lines = as_dict(render_overrides(make_run("{model: {dtype: fp32}}")))
+    assert lines["actor_rollout_ref.actor.fsdp_config.mixed_precision"] == "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+    assert "actor_rollout_ref.actor.fsdp_config.mixed_precision" not in as_dict(render_overrides(make_run()))
 
 
 def test_a_gpu_run_is_unchanged_by_the_device_field(make_run):
