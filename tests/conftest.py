@@ -14,7 +14,8 @@ VERL_MISSING = "the verl extra (verl, Hydra, Ray) is not installed: pip install 
 
 # Tests that hold one of the machine's shared, bounded resources — the SLURM cluster a test run was
 # given (its slots; `squeue` seen by every test), a Ray cluster, a whole verl run (~5 GiB, ~16
-# processes) — run one after another in one xdist worker (`--dist loadgroup`), whatever -n is.
+# processes) — run one after another in one xdist worker (`--dist loadgroup`), whatever -n is: the
+# files below, `slurm`-marked tests, and tests marked `machine` (a whole verl run outside them).
 MACHINE_GROUP = "machine"
 MACHINE_FILES = ("tests/slurm/", "tests/jobs/test_raycluster.py", "tests/backends/verl/test_verl_cpu_main_ppo.py")
 
@@ -26,7 +27,8 @@ def pytest_collection_modifyitems(config, items):
     root = Path(str(config.rootpath))
     for item in items:
         where = Path(str(item.path)).relative_to(root).as_posix()
-        if item.get_closest_marker("slurm") is not None or where.startswith(MACHINE_FILES):
+        held = item.get_closest_marker("slurm") or item.get_closest_marker(MACHINE_GROUP)
+        if held is not None or where.startswith(MACHINE_FILES):
             item.add_marker(pytest.mark.xdist_group(MACHINE_GROUP))
     if importlib.util.find_spec("verl") is not None:
         return

@@ -301,6 +301,7 @@ def test_readme_documents_every_lab_field():
 
 
 @pytest.mark.verl
+@pytest.mark.machine  # its smoke and sweep run two verl jobs at a time: not beside the e2e sweeps
 @pytest.mark.timeout(1800)
 def test_first_verl_sweep_runs_on_cpu_as_written(tmp_path):
     """README "Your first verl sweep", every command as written, on CPU: the spec's model is the
