@@ -1,11 +1,16 @@
-"""Test support: verl 0.9.1's real actor update on CPU, one process, scenarios batched.
+"""Test support: verl 0.9.1's real actor update on CPU or one GPU, one process, scenarios batched.
 
 `python verl_actor_run.py SCENARIOS.json OUT_DIR` (run by test_verl_actor.py in a subprocess with the
-env of `cpu_env()`): builds a tiny random Qwen2 and a WordLevel tokenizer (no download), then for each
+env of `run_env()`): builds a tiny random Qwen2 and a WordLevel tokenizer (no download), then for each
 scenario an `ActorRolloutRefWorker(role="actor")` with `init_model()`, and calls `compute_log_prob` and
 `update_actor` as the trainer does (trainer/ppo/ray_trainer.py:1290-1369) on one fixed batch:
 FSDP2 engine → `ppo_loss` → the registered policy loss. Writes OUT_DIR/<name>.pt with the parameter
-change and OUT_DIR/results.json with the step metrics (or the error) per scenario.
+change and OUT_DIR/results.json with the step metrics, the precision it ran in (or the error) per scenario.
+
+Device (`selected_device()`, from CANCELCTL_TEST_VERL_DEVICE): `cpu` (default) is cancelctl's CPU
+platform, gloo, fp32 throughout; `cuda` is what a user runs on a GPU: verl's own platform, its own
+"cpu:gloo,cuda:nccl" process group, and verl's default FSDP mixed precision (bf16 compute, fp32
+parameters and gradient reduction).
 
 Scenario: {"name", "loss_mode", "micro_batch": rows per micro-batch, "policy_loss": {extra fields},
 "dynamic_bsz": bool, "mini_batch_prompts": int, "rollout_log_probs": bool}.
@@ -21,7 +26,35 @@ import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PROMPTS, G, PROMPT_LEN, RESPONSE_LEN, VOCAB = 8, 4, 6, 10, 256
+# The model's size (the benchmark's --model): "HIDDENxLAYERSxRESPONSE_LENxVOCAB"; the test's is tiny.
+MODEL_ENV = "CANCELCTL_TEST_VERL_MODEL"
+TINY_MODEL = "64x2x10x256"
+HIDDEN, LAYERS, RESPONSE_LEN, VOCAB = (int(n) for n in os.environ.get(MODEL_ENV, TINY_MODEL).split("x"))
+PROMPTS, G, PROMPT_LEN = 8, 4, 6
+DEVICE_ENV = "CANCELCTL_TEST_VERL_DEVICE"
+DEVICES = ("cpu", "cuda")
+
+
+def selected_device() -> str:
+    """The device of the actor update, from DEVICE_ENV: `cpu` (the default) or `cuda`."""
+    device = os.environ.get(DEVICE_ENV, "cpu")
+    if device not in DEVICES:
+        raise ValueError(f"{DEVICE_ENV}={device!r}: expected one of {', '.join(DEVICES)}")
+    return device
+
+
+def single_process_env(port: int) -> dict[str, str]:
+    """torch.distributed's environment of a one-process (world size 1) run."""
+    return {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
 
 
 def cpu_env(port: int) -> dict[str, str]:
@@ -32,20 +65,22 @@ def cpu_env(port: int) -> dict[str, str]:
     return {
         "VERL_PLATFORM": CPU_ENV["VERL_PLATFORM"],
         "VERL_ENGINE_DEVICE": CPU_ENV["VERL_ENGINE_DEVICE"],  # the FSDP LM engine is registered for cuda/npu only
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        "OMP_NUM_THREADS": "1",
-        "TOKENIZERS_PARALLELISM": "false",
+        **single_process_env(port),
         "CUDA_VISIBLE_DEVICES": "",
     }
 
 
+def run_env(device: str, port: int) -> dict[str, str]:
+    """Environment of this runner's subprocess on `device`, the device choice included. On cuda verl
+    detects its own platform ("nvidia") and registers its FSDP engine for it: nothing to set but
+    torch.distributed's variables."""
+    env = cpu_env(port) if device == "cpu" else single_process_env(port)
+    return {**env, DEVICE_ENV: device}
+
+
 def build_model(path: Path) -> None:
-    """A random 2-layer Qwen2 (hidden 64, vocab 256) and a WordLevel tokenizer over its vocabulary."""
+    """A random Qwen2 (by default 2 layers, hidden 64, vocab 256: MODEL_ENV) and a WordLevel tokenizer
+    over its vocabulary."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -58,12 +93,12 @@ def build_model(path: Path) -> None:
     )
     config = Qwen2Config(
         vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
+        hidden_size=HIDDEN,
+        intermediate_size=2 * HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=max(4, HIDDEN // 64),
+        num_key_value_heads=max(2, HIDDEN // 128),
+        max_position_embeddings=max(64, PROMPT_LEN + RESPONSE_LEN),
         tie_word_embeddings=False,
         pad_token_id=VOCAB - 2,
         eos_token_id=VOCAB - 1,
@@ -79,7 +114,6 @@ BASE_LINES = [
     "actor_rollout_ref.model.enable_gradient_checkpointing=False",
     "actor_rollout_ref.actor.strategy=fsdp2",
     "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
-    "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
     f"actor_rollout_ref.rollout.n={G}",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
     "actor_rollout_ref.actor.use_kl_loss=False",
@@ -93,10 +127,19 @@ BASE_LINES = [
     "actor_rollout_ref.actor.optim.total_training_steps=10",
     "actor_rollout_ref.actor.policy_loss._target_=cancelctl.backends.verl.config.CancelPolicyLossConfig",
 ]
+# FSDP mixed precision per device. cpu: fp32 throughout. cuda: none given, so verl's default applies
+# (workers/engine/fsdp/transformer_impl.py `_build_fsdp_module`: param_dtype bf16 — the forward, the
+# backward and the loss under bf16 autocast — reduce and buffers fp32, parameters kept in fp32).
+PRECISION_LINES = {
+    "cpu": [
+        "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+    ],
+    "cuda": [],
+}
 _base_config = None
 
 
-def actor_config(model_path: Path, scenario: dict):
+def actor_config(model_path: Path, scenario: dict, device: str):
     """verl's ppo_trainer config (composed once: ~2 s) with this scenario's settings."""
     import copy
 
@@ -109,14 +152,14 @@ def actor_config(model_path: Path, scenario: dict):
     if _base_config is None:
         config_dir = Path(verl.__file__).parent / "trainer" / "config"
         with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-            _base_config = compose(config_name="ppo_trainer", overrides=BASE_LINES)
+            _base_config = compose(config_name="ppo_trainer", overrides=BASE_LINES + PRECISION_LINES[device])
     cfg = copy.deepcopy(_base_config)
     settings = {
         "model.path": str(model_path),
         "actor.ppo_mini_batch_size": scenario.get("mini_batch_prompts", PROMPTS),
         "actor.ppo_micro_batch_size_per_gpu": scenario.get("micro_batch", 8),
         "actor.use_dynamic_bsz": scenario.get("dynamic_bsz", False),
-        "actor.ppo_max_token_len_per_gpu": scenario.get("max_tokens", 64),
+        "actor.ppo_max_token_len_per_gpu": scenario.get("max_tokens", max(64, PROMPT_LEN + RESPONSE_LEN)),
         "actor.policy_loss.loss_mode": scenario["loss_mode"],
         **{f"actor.policy_loss.{k}": v for k, v in scenario.get("policy_loss", {}).items()},
     }
@@ -171,9 +214,9 @@ def build_batch(tokenizer_pad: int, rollout_log_probs: bool, pad_rows: int = 0):
     return batch, rollout_log_probs
 
 
-def run_scenario(model_path: Path, scenario: dict, out_dir: Path) -> dict:
+def run_scenario(model_path: Path, scenario: dict, out_dir: Path, device: str) -> dict:
     """Build the worker and take the scenario's steps; saves the parameter change."""
-    case = Case(model_path, scenario)
+    case = Case(model_path, scenario, device)
     for _ in range(scenario.get("steps", 2)):  # step 2 is off-policy: the clips act
         case.step()
     return case.finish(out_dir)
@@ -182,23 +225,25 @@ def run_scenario(model_path: Path, scenario: dict, out_dir: Path) -> dict:
 class Case:
     """One scenario's worker, batch and θ_old log-probs; `step()` is one timed `update_actor` call."""
 
-    def __init__(self, model_path: Path, scenario: dict):
+    def __init__(self, model_path: Path, scenario: dict, device: str):
         import torch
         from verl.utils import tensordict_utils as tu
         from verl.workers.engine_workers import ActorRolloutRefWorker
         from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
-        if not torch.distributed.is_initialized():  # verl would ask for "cpu:gloo,cpu:gloo" (utils/distributed.py:89)
+        # verl would ask for "cpu:gloo,cpu:gloo" (utils/distributed.py:89); on cuda its own "cpu:gloo,cuda:nccl"
+        if device == "cpu" and not torch.distributed.is_initialized():
             torch.distributed.init_process_group(backend="gloo", rank=0, world_size=1)
         self.scenario = scenario
         self.timings: list[float] = []
         self.metrics: dict = {}
         t0 = time.perf_counter()
-        cfg = actor_config(model_path, scenario)
+        cfg = actor_config(model_path, scenario, device)
         t1 = time.perf_counter()
         self.worker = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, role="actor")
         self.worker.init_model()
         self.setup = [t1 - t0, time.perf_counter() - t1]
+        self.precision = _precision(self.worker.actor.engine)
         self.before = _params(self.worker.actor.engine.module)
         batch, with_rollout = build_batch(VOCAB - 2, scenario.get("rollout_log_probs", True), scenario.get("pad_rows", 0))
         td = left_right_2_no_padding(batch.to_tensordict())
@@ -242,13 +287,19 @@ class Case:
 
         after = _params(self.worker.actor.engine.module)
         torch.save({k: after[k] - self.before[k] for k in after}, out_dir / f"{self.scenario['name']}.pt")
-        return {"metrics": self.metrics, "seconds": self.timings, "rows": PROMPTS * G, "setup": self.setup}
+        return {
+            "metrics": self.metrics,
+            "seconds": self.timings,
+            "rows": PROMPTS * G,
+            "setup": self.setup,
+            "precision": self.precision,
+        }
 
 
-def run_round_robin(model_path: Path, scenarios: list[dict], out_dir: Path, steps: int) -> dict:
+def run_round_robin(model_path: Path, scenarios: list[dict], out_dir: Path, steps: int, device: str) -> dict:
     """Benchmark mode: every scenario's worker first, then `steps` rounds of one step each, so a
     machine-load drift hits every case alike."""
-    cases = [Case(model_path, sc) for sc in scenarios]
+    cases = [Case(model_path, sc, device) for sc in scenarios]
     for _ in range(steps):
         for case in cases:
             case.step()
@@ -256,12 +307,23 @@ def run_round_robin(model_path: Path, scenarios: list[dict], out_dir: Path, step
 
 
 def _params(module) -> dict:
-    """Full fp32 copies of the parameters (FSDP2 holds DTensors)."""
+    """Full fp32 copies of the parameters, on the CPU (FSDP2 holds DTensors)."""
     out = {}
     for key, value in module.state_dict().items():
         value = value.full_tensor() if hasattr(value, "full_tensor") else value
-        out[key] = value.detach().clone().float()
+        out[key] = value.detach().clone().float().cpu()
     return out
+
+
+def _precision(engine) -> dict:
+    """Where and in what the engine computes: its parameters' device and dtype, and the dtype of its
+    forward, backward and loss (the FSDP mixed-precision param_dtype, which verl also autocasts to)."""
+    param = next(engine.module.parameters())
+    return {
+        "device": param.device.type,
+        "params": str(param.dtype).removeprefix("torch."),
+        "compute": str(engine._autocast_dtype).removeprefix("torch."),
+    }
 
 
 def _number(value):
@@ -286,15 +348,17 @@ def main(scenarios_path: str, out: str) -> int:
     results = {}
     start = time.perf_counter()
     scenarios = json.loads(Path(scenarios_path).read_text())
+    device = selected_device()
     rounds = int(os.environ.get("VERL_ACTOR_RUN_ROUND_ROBIN", "0"))
     if rounds:
-        results = run_round_robin(model_path, scenarios, out_dir, rounds)
+        results = run_round_robin(model_path, scenarios, out_dir, rounds, device)
         scenarios = []
     for scenario in scenarios:
         try:
-            results[scenario["name"]] = run_scenario(model_path, scenario, out_dir)
+            results[scenario["name"]] = run_scenario(model_path, scenario, out_dir, device)
         except Exception as exc:  # recorded per scenario: a refusal is an expected outcome of some
             results[scenario["name"]] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
+    results["_device"] = device
     results["_total_seconds"] = time.perf_counter() - start
     (out_dir / "results.json").write_text(json.dumps(results, indent=1))
     return 0
