@@ -1,6 +1,7 @@
 import importlib.util
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("verl") is not None:
             item.add_marker(pytest.mark.skip(reason=VERL_MISSING))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    """`--dist loadgroup` keeps a group on one worker only if xdist's `@group` suffix reached the node
+    ids (xdist 3.8 writes `item._nodeid`, which pytest 9.2 no longer reads: every group was then spread
+    over both workers, whole verl runs beside the SLURM e2e's three). A worker that lost it stops the run."""
+    config = session.config
+    if not hasattr(config, "workerinput") or not config.getvalue("loadgroup"):  # set in workers by xdist
+        return
+    lost = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        message = (f"pytest-xdist did not group {len(lost)} test(s) (e.g. {lost[0]}): their group would run on "
+                   "both workers at once; install the pytest the test extra pins (pip install -e '.[test]')")
+        print(message, file=sys.__stderr__, flush=True)  # the controller shows only an INTERNALERROR
+        raise pytest.UsageError(message)
 
 
 @pytest.fixture
