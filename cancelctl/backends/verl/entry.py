@@ -216,6 +216,9 @@ _RAY_PREFIX = re.compile(r"^\((?:\w+ )?pid=\d+(?:, ip=[^)]*)?\)\s*")  # "(Reward
 # bare `Exception: ...` too: Ray raises one when its node times out at start-up on a loaded machine
 _EXCEPTION_LINE = re.compile(r"^(?P<name>(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Exit|Interrupt))(?:\((?P<inner>\w+)\))?: (?P<msg>.+)")
 _WRAPPERS = ("ray.exceptions.", "RayTaskError", "RayActorError", "ActorDiedError")
+# Ray's own root causes under its wrapper prefix: its memory monitor killing workers names the node's
+# memory ("3 worker(s) were killed ... 22.36GB used / 23.54GB limit"); the wrappers then say only OOM
+_RAY_CAUSES = ("ray.exceptions.OutOfMemoryError",)
 
 
 def root_exception(lines: Iterable[str]) -> str | None:
@@ -225,7 +228,7 @@ def root_exception(lines: Iterable[str]) -> str | None:
     for line in lines:
         text = _RAY_PREFIX.sub("", _ANSI.sub("", line)).strip()
         match = _EXCEPTION_LINE.match(text)
-        if match and not match.group("name").startswith(_WRAPPERS):
+        if match and (match.group("name") in _RAY_CAUSES or not match.group("name").startswith(_WRAPPERS)):
             return f"{match.group('name')}: {match.group('msg')}"
     return None
 

@@ -157,6 +157,11 @@ def test_root_exception_is_the_workers_own_not_rays_wrapper_nor_the_trainers():
     ray_start = ["Error executing job with overrides: ['a=1']", "Traceback (most recent call last):",
                  "Exception: The current node timed out during startup. This could happen because ..."]
     assert entry.root_exception(ray_start) == "Exception: The current node timed out during startup. This could happen because ..."
+    # Ray's memory monitor killed workers (seen: two SmolLM2 runs at once on 24 GiB): its own line is the cause
+    oom = ["ray.exceptions.RayTaskError(OutOfMemoryError): ray::TaskRunnerV1.run() (pid=7816, ip=127.0.0.1)",
+           "ray.exceptions.OutOfMemoryError: 3 worker(s) were killed due to the node running low on memory. "
+           "Memory on the node (IP: 127.0.0.1) was 22.36GB used / 23.54GB limit (0.950068)"]
+    assert entry.root_exception(oom) == oom[1]
 
 
 def test_previous_attempts_file_is_not_forwarded_again(make_run, fake_verl):
