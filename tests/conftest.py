@@ -21,6 +21,7 @@ MACHINE_GROUP = "machine"
 MACHINE_FILES = ("tests/slurm/", "tests/jobs/test_raycluster.py", "tests/backends/verl/test_verl_cpu_main_ppo.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     """README promises the verl tests skip where verl is missing: every `verl`-marked test (one that
     needs the verl extra: verl, Hydra, Ray, TransferQueue) does, whatever it imports. CI runs them
@@ -41,8 +42,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session):
     """`--dist loadgroup` keeps a group on one worker only if xdist's `@group` suffix reached the node
-    ids (xdist 3.8 writes `item._nodeid`, which pytest 9.2 no longer reads: every group was then spread
-    over both workers, whole verl runs beside the SLURM e2e's three). A worker that lost it stops the run."""
+    ids (xdist 3.8 writes `item._nodeid`, which pytest 9.2 no longer reads; and xdist reads the groups
+    before a later hook adds them, hence tryfirst above). Both spread every group over both workers:
+    whole verl runs beside the SLURM e2e's three. A worker that lost its groups stops the run."""
     config = session.config
     if not hasattr(config, "workerinput") or not config.getvalue("loadgroup"):  # set in workers by xdist
         return
