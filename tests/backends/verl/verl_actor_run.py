@@ -31,6 +31,7 @@ MODEL_ENV = "CANCELCTL_TEST_VERL_MODEL"
 TINY_MODEL = "64x2x10x256"
 HIDDEN, LAYERS, RESPONSE_LEN, VOCAB = (int(n) for n in os.environ.get(MODEL_ENV, TINY_MODEL).split("x"))
 PROMPTS, G, PROMPT_LEN = 8, 4, 6
+SEQ_LEN = max(64, PROMPT_LEN + RESPONSE_LEN)  # the model's positions and the dynamic batches' token cap
 DEVICE_ENV = "CANCELCTL_TEST_VERL_DEVICE"
 DEVICES = ("cpu", "cuda")
 
@@ -98,7 +99,7 @@ def build_model(path: Path) -> None:
         num_hidden_layers=LAYERS,
         num_attention_heads=max(4, HIDDEN // 64),
         num_key_value_heads=max(2, HIDDEN // 128),
-        max_position_embeddings=max(64, PROMPT_LEN + RESPONSE_LEN),
+        max_position_embeddings=SEQ_LEN,
         tie_word_embeddings=False,
         pad_token_id=VOCAB - 2,
         eos_token_id=VOCAB - 1,
@@ -159,7 +160,7 @@ def actor_config(model_path: Path, scenario: dict, device: str):
         "actor.ppo_mini_batch_size": scenario.get("mini_batch_prompts", PROMPTS),
         "actor.ppo_micro_batch_size_per_gpu": scenario.get("micro_batch", 8),
         "actor.use_dynamic_bsz": scenario.get("dynamic_bsz", False),
-        "actor.ppo_max_token_len_per_gpu": scenario.get("max_tokens", max(64, PROMPT_LEN + RESPONSE_LEN)),
+        "actor.ppo_max_token_len_per_gpu": scenario.get("max_tokens", SEQ_LEN),
         "actor.policy_loss.loss_mode": scenario["loss_mode"],
         **{f"actor.policy_loss.{k}": v for k, v in scenario.get("policy_loss", {}).items()},
     }
