@@ -88,8 +88,9 @@ def job_overrides(run: RunSpec, run_dir: Path, launch_dir: Path | None = None) -
         for key in ("data.train_files", "data.val_files"):
             overrides.set(key, [absolute(f, launch_dir) for f in overrides.settings[key].value])
         model = overrides.settings["actor_rollout_ref.model.path"]
-        if Path(absolute(model.value, launch_dir)).is_dir():
-            overrides.set(model.key, absolute(model.value, launch_dir))
+        model_dir = absolute(model.value, launch_dir)
+        if Path(model_dir).is_dir():
+            overrides.set(model.key, model_dir)
         reward = overrides.settings.get("reward.custom_reward_function.path")
         if reward is not None:
             overrides.set(reward.key, absolute(reward.value, launch_dir))
