@@ -149,8 +149,8 @@ class SlurmExecutor(Executor):
     # -- status --------------------------------------------------------------------------------
 
     def task_states(self, submissions: Sequence[Submission]) -> dict[tuple[str, int], slurm_states.TaskState]:
-        arrays = sorted({s.job_id for s in submissions if s.job_id})
-        return slurm_states.task_states(arrays) if arrays else {}
+        sizes = {s.job_id: len(s.run_ids) for s in submissions if s.job_id}
+        return slurm_states.task_states(sorted(sizes), sizes) if sizes else {}
 
     def requeued(self, sub: Submission, index: int, tasks) -> bool:
         """A task that wrote result.json and was then requeued (`scontrol requeue`, preemption) runs

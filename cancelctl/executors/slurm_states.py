@@ -20,14 +20,15 @@ class TaskState:
     detail: str = ""  # "CANCELLED by 0", exit code, pending reason
 
 
-def task_states(array_ids: Sequence[str]) -> dict[tuple[str, int], TaskState]:
-    """State of every task of the given arrays: one sacct call; squeue only for arrays that sacct
-    does not show (accounting lags ~1 s behind sbatch, or is disabled)."""
+def task_states(array_ids: Sequence[str], sizes: dict[str, int] | None = None) -> dict[tuple[str, int], TaskState]:
+    """State of every task of the given arrays: one sacct call; squeue for arrays that sacct does not
+    show in full. Accounting lags slurmctld by a moment: for an array it does show, a task that just
+    left the pending record (`812_[4-5]` -> `812_5`) can be missing until slurmdbd records its start,
+    so an array with fewer tasks than `sizes` says (array id -> task count) is asked of squeue too."""
     states: dict[tuple[str, int], TaskState] = {}
     ids = sorted(set(array_ids))
     if not ids:
         return states
-    seen: set[str] = set()
     result = run_command(
         ["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", ",".join(ids)],
         timeout=QUERY_TIMEOUT_S,
@@ -42,10 +43,11 @@ def task_states(array_ids: Sequence[str]) -> dict[tuple[str, int], TaskState]:
                 word = parts[1].split()[0] if parts[1] else "UNKNOWN"
                 detail = parts[1] if word != parts[1] else (f"exit {parts[2]}" if parts[2] not in ("", "0:0") else "")
                 states[(array_id, index)] = TaskState(word, detail)
-                seen.add(array_id)
-    missing = [i for i in ids if i not in seen]
+    sizes = sizes or {}
+    missing = [i for i in ids if sum(1 for (a, _) in states if a == i) < max(1, sizes.get(i, 1))]
     if missing:
-        states.update(squeue_states(missing))
+        for key, task in squeue_states(missing).items():
+            states.setdefault(key, task)  # sacct's word stands where it has one
     return states
 
 
