@@ -152,7 +152,10 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     if budget.reached_before(compute, logged):  # an earlier attempt ended at the budget, then lost its result
         return last_logged_metrics(run_dir / METRICS_JSONL)
     mon = RunMonitor(run.spec.monitor, run_dir, resume_step=logged)
-    forwarder = MetricsForwarder(run_dir / VERL_METRICS, logger, monitored(compute.add, mon, budget), skip_through=logged)
+    # a first attempt skips nothing: verl's step-0 line is the evaluation before training
+    # (trainer.val_before_train), the baseline of every held-out gain
+    replayed = logged if any(True for _ in iter_metrics_lines(run_dir / METRICS_JSONL)) else -1
+    forwarder = MetricsForwarder(run_dir / VERL_METRICS, logger, monitored(compute.add, mon, budget), skip_through=replayed)
     # Own session: on cancel/requeue the whole tree (verl driver, Ray started by it) is stopped.
     command = [*job_command(run, run_dir, sys.executable, launch_dir_of(run_dir)), *resume_overrides(run_dir / "checkpoints", logged)]
     proc = subprocess.Popen(command, cwd=run_dir, env=env, start_new_session=True, stderr=subprocess.PIPE)
@@ -350,7 +353,7 @@ class MetricsForwarder:
         path: Path,
         logger: Any,
         derive: Callable[[int, dict[str, float]], dict[str, float] | None] | None = None,
-        skip_through: int = 0,
+        skip_through: int = -1,
     ):
         self.path = Path(path)
         self.logger = logger

@@ -24,6 +24,8 @@ FAKE_VERL = textwrap.dedent(
     with open("argv.json", "w") as fh:
         json.dump(args, fh)
     with open(os.environ["VERL_FILE_LOGGER_PATH"], "wb") as fh:
+        if os.environ.get("FAKE_VERL_VAL_BEFORE_TRAIN"):  # verl's trainer.val_before_train: step 0, eval only
+            fh.write((json.dumps({"step": 0, "data": {"val-core/aime/acc/mean@32": 0.05}}) + "\\n").encode())
         for step in range(1, int(os.environ.get("FAKE_VERL_STEPS", "2")) + 1):
             nan = step == 2 and os.environ.get("FAKE_VERL_NAN")  # a blow-up: the nonfinite rule stops the run
             data = {"actor/pg_loss": float("nan") if nan else 0.5 / step, "val-core/aime/acc/mean@32": 0.1 * step, "note": "x", "flag": True,
@@ -82,6 +84,16 @@ def test_train_runs_verl_and_forwards_metrics(make_run, fake_verl):
     assert o["trainer.logger"] == "[console,file]"
     assert o["trainer.default_local_dir"] == str(fake_verl / "checkpoints")
     assert o["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] == str(fake_verl / entry.VERL_METRICS)
+
+
+def test_the_evaluation_before_training_is_forwarded_as_step_0(make_run, fake_verl, monkeypatch):
+    """verl logs its val_before_train evaluation at step 0: the first point of every held-out curve
+    (the report's gain is last − first). A first attempt forwards it; nothing is "replayed" yet."""
+    monkeypatch.setenv("FAKE_VERL_VAL_BEFORE_TRAIN", "1")
+    logger = ListLogger()
+    train(make_run(), fake_verl, logger)
+    assert [step for step, _ in logger.points] == [0, 1, 2]
+    assert logger.points[0][1] == {"val-core/aime/acc/mean_at_32": 0.05, "compute/update_steps_cum": 0.0}
 
 
 def test_train_raises_when_verl_fails(make_run, fake_verl, monkeypatch):
