@@ -1,5 +1,5 @@
 """The report's tables other than the threshold ones (those: `thresholds.py`): logged compute
-matching [D §5], final scores [D Table 1], Jitter2 [D eq. 20, 21], Δ per group size [D Table 4]
+matching [D §5], final scores [D Table 1], the held-out gain over training, Jitter2 [D eq. 20, 21], Δ per group size [D Table 4]
 and the mechanism summary [D §6.1], and `build_tables`, which makes every table in report order.
 
 Each number is computed by the function of `cancelctl.stats` named after it (student_t_ci,
@@ -54,7 +54,7 @@ def build_tables(
 ) -> list[ReportTable]:
     """Every table of the report, in report order, each marked where groups are not compute-matched."""
     final_scores = final_score_table(sweep)
-    tables = [compute_match_table(sweep, violations, token_tol), final_scores]
+    tables = [compute_match_table(sweep, violations, token_tol), final_scores, eval_gain_table(sweep)]
     tables += compute_at_reward_tables(sweep, metric, compute, kappa, smooth_window)
     tables += steps_to_threshold_tables(sweep, metric, kappa, smooth_window)
     tables += [
@@ -186,6 +186,46 @@ def final_score_table(sweep: PreparedSweep) -> ReportTable:
     ]
     return ReportTable("final_scores", title, data, sweep.readable(display), notes)
 
+
+
+def eval_gain_table(sweep: PreparedSweep) -> ReportTable:
+    """Did training move the held-out score at all: per run, last − first evaluation (the first is
+    the step-0 one when `eval.every` logs it), mean [95% CI] over seeds per arm, Δ and paired p."""
+    title = "Held-out gain (last − first evaluation)"
+    benchmarks = eval_benchmarks(sweep.by_key)
+    if not benchmarks:
+        return ReportTable.not_logged("eval_gain", title, "val-core/<benchmark>/acc/mean_at_<k>")
+    parts = []
+    for key, label in benchmarks:
+        points = sweep.by_key[key].sort_values(["run_id", "step"], kind="stable").groupby("run_id")["value"]
+        first = sweep.with_meta(points.first()).groupby(["group", "arm"])["value"].mean()
+        last = sweep.with_meta(points.last()).groupby(["group", "arm"])["value"].mean()
+        # one point at each end: last − first (a run evaluated once has no gain and is left out)
+        gain = sweep.per_run(key, lambda part: curves.late_minus_early(part["value"].to_numpy(), 1 / len(part)))
+        summary = arm_summary(sweep, sweep.with_meta(gain))
+        if not summary.empty:
+            cells = list(zip(summary["group"], summary["arm"]))
+            summary["first_mean"], summary["last_mean"] = [first.get(c) for c in cells], [last.get(c) for c in cells]
+            parts.append(summary.assign(benchmark=label, key=key))
+    if not parts:
+        return ReportTable.not_logged("eval_gain", title, *(f"{key} (≥ 2 evaluations)" for key, _ in benchmarks))
+    data = pd.concat(parts, ignore_index=True)
+    data = data[["group", "benchmark", "key", "arm", "first_mean", "last_mean", *SUMMARY_COLUMNS]]
+    display = pd.DataFrame({
+        "group": data["group"],
+        "benchmark": data["benchmark"],
+        "arm": data["arm"],
+        "n": data["n_seeds"].astype(str),
+        "first → last (mean)": [f"{fmt_number(a)} → {fmt_number(b)}" for a, b in zip(data["first_mean"], data["last_mean"])],
+        "gain [95% CI]": [fmt_interval(r.mean, r.ci_lo, r.ci_hi, r.n_seeds) for r in data.itertuples()],
+        f"Δ vs {sweep.baseline}": [fmt_delta(d) for d in data["delta_vs_baseline"]],
+        "p (paired)": _p_texts(sweep, data),
+    })
+    notes = [
+        "gain: each run's last minus its first held-out evaluation; a CI above 0 means training raised the score.",
+        f"{CI_NOTE}; p: two-sided paired bootstrap-t over seeds shared with the baseline.",
+    ]
+    return ReportTable("eval_gain", title, data, sweep.readable(display), notes)
 
 
 def jitter2_table(sweep: PreparedSweep, keys: list[str]) -> ReportTable:

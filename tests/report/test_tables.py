@@ -39,6 +39,27 @@ def test_final_scores_find_the_planted_improvement(report):
         assert np.isnan(data.loc[(group, "gspo"), "delta_vs_baseline"])
 
 
+def test_eval_gain_is_each_runs_last_minus_first_evaluation(report, tmp_path):
+    """The planted accuracy rises from step 10 to the end in every run: the gain is last − first per
+    run (not a difference of arm means across groups), summarised over seeds like the final score."""
+    runs, metrics = synthetic_sweep()
+    evals = metrics[metrics["key"] == "val-core/aime25/acc/mean_at_4"].sort_values("step")
+    per_run = evals.groupby("run_id")["value"].agg(lambda v: v.iloc[-1] - v.iloc[0])
+    data = report.table("eval_gain").data.set_index(["group", "arm"])
+    for group, g in (("rollout.G=4", 4), ("rollout.G=8", 8)):
+        for arm in ("gspo", "dfpo", "grpo"):
+            gains = per_run[[f"{arm}-G{g}-s{seed}" for seed in sorted(runs["seed"].unique())]].to_numpy()
+            row = data.loc[(group, arm)]
+            assert row["mean"] == pytest.approx(gains.mean()) and row["mean"] > 0.3
+            assert row["ci_lo"] == pytest.approx(intervals.student_t_ci(gains).lo)
+            firsts = evals[evals["run_id"].str.startswith(f"{arm}-G{g}-")].groupby("run_id")["value"].first()
+            assert row["first_mean"] == pytest.approx(firsts.mean())
+    # one evaluation per run: no gain to show, said so
+    single = metrics[(metrics["key"] != "val-core/aime25/acc/mean_at_4") | (metrics["step"] == 100)]
+    lone = report_for(tmp_path / "one-eval", runs, single).table("eval_gain")
+    assert lone.data.empty and any("≥ 2 evaluations" in note for note in lone.notes)
+
+
 def test_delta_per_g_has_one_column_per_G(report):
     display = report.table("delta_per_G").display
     assert list(display.columns) == ["benchmark", "arm", "G=4", "G=8"]
