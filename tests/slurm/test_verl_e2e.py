@@ -206,8 +206,9 @@ def states(workdir: Path, sweep: str) -> dict[str, object]:
 
 
 def logged_steps(run_dir: Path) -> list[int]:
+    """The training steps forwarded so far (step 0 is verl's evaluation before training)."""
     path = run_dir / "metrics.jsonl"
-    return [json.loads(line)["step"] for line in path.open()] if path.exists() else []
+    return [step for line in path.open() if (step := json.loads(line)["step"]) >= 1] if path.exists() else []
 
 
 def ray_leftovers(job_id: str) -> dict[int, list[int]]:
