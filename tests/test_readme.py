@@ -128,7 +128,7 @@ REAL_LM_EXAMPLES = [
     "cancelctl model prepare smollm2-135m",
     "cancelctl data prepare chain_sum_small",
     "cancelctl sweep experiments/real-lm.yaml",
-    "cancelctl report real-lm",
+    "cancelctl report real-lm --allow-unmatched",
 ]
 
 
