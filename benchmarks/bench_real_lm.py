@@ -46,7 +46,10 @@ def real_lm_run(work: Path, model: Path, data: Path, arm: str, steps: int):
     spec = yaml.safe_load((ROOT / "experiments" / "real-lm.yaml").read_text())
     spec["base"]["model"]["path"] = str(model)
     spec["base"]["data"].update(train_files=[str(data / "train.parquet")], val_files=[str(data / "test.parquet")])
-    spec["base"]["budget"].update(steps=steps, checkpoint_every=steps)
+    budget = spec["base"]["budget"]
+    for axis in ("update_steps", "gen_tokens"):  # the spec's budget axis, replaced by a step count
+        budget.pop(axis, None)
+    budget.update(steps=steps, checkpoint_every=steps)
     spec["base"]["eval"]["every"] = steps
     spec["seeds"] = [0]
     spec.pop("claims", None)
