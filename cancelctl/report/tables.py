@@ -40,6 +40,7 @@ from cancelctl.stats.compute_match import ComputeViolation
 SUMMARY_COLUMNS = ["n_seeds", "mean", "ci_lo", "ci_hi", "delta_vs_baseline", "p_value", "n_paired"]
 # under every table that shows a mean [95% CI] over seeds (`intervals.student_t_ci`)
 CI_NOTE = "95% CI: Student's t over seeds, mean ± t(0.975, n−1)·sd/√n"
+PAIRED_NOTE = f"{CI_NOTE}; p: two-sided paired bootstrap-t over seeds shared with the baseline."
 
 
 def build_tables(
@@ -172,20 +173,22 @@ def final_score_table(sweep: PreparedSweep) -> ReportTable:
         return ReportTable.not_logged("final_scores", title, *(key for key, _ in benchmarks))
     data = pd.concat(parts, ignore_index=True)
     data = data[["group", "benchmark", "key", "arm", *SUMMARY_COLUMNS]]
-    display = pd.DataFrame({
+    display = _benchmark_rows(sweep, data, "mean [95% CI]")
+    return ReportTable("final_scores", title, data, sweep.readable(display), [PAIRED_NOTE])
+
+
+def _benchmark_rows(sweep: PreparedSweep, data: pd.DataFrame, interval: str, **before: list[str]) -> pd.DataFrame:
+    """The shown rows of a per-arm × benchmark summary: `before` columns, then mean [CI], Δ and p."""
+    return pd.DataFrame({
         "group": data["group"],
         "benchmark": data["benchmark"],
         "arm": data["arm"],
         "n": data["n_seeds"].astype(str),
-        "mean [95% CI]": [fmt_interval(r.mean, r.ci_lo, r.ci_hi, r.n_seeds) for r in data.itertuples()],
+        **before,
+        interval: [fmt_interval(r.mean, r.ci_lo, r.ci_hi, r.n_seeds) for r in data.itertuples()],
         f"Δ vs {sweep.baseline}": [fmt_delta(d) for d in data["delta_vs_baseline"]],
         "p (paired)": _p_texts(sweep, data),
     })
-    notes = [
-        f"{CI_NOTE}; p: two-sided paired bootstrap-t over seeds shared with the baseline."
-    ]
-    return ReportTable("final_scores", title, data, sweep.readable(display), notes)
-
 
 
 def eval_gain_table(sweep: PreparedSweep) -> ReportTable:
@@ -211,19 +214,11 @@ def eval_gain_table(sweep: PreparedSweep) -> ReportTable:
         return ReportTable.not_logged("eval_gain", title, *(f"{key} (≥ 2 evaluations)" for key, _ in benchmarks))
     data = pd.concat(parts, ignore_index=True)
     data = data[["group", "benchmark", "key", "arm", "first_mean", "last_mean", *SUMMARY_COLUMNS]]
-    display = pd.DataFrame({
-        "group": data["group"],
-        "benchmark": data["benchmark"],
-        "arm": data["arm"],
-        "n": data["n_seeds"].astype(str),
-        "first → last (mean)": [f"{fmt_number(a)} → {fmt_number(b)}" for a, b in zip(data["first_mean"], data["last_mean"])],
-        "gain [95% CI]": [fmt_interval(r.mean, r.ci_lo, r.ci_hi, r.n_seeds) for r in data.itertuples()],
-        f"Δ vs {sweep.baseline}": [fmt_delta(d) for d in data["delta_vs_baseline"]],
-        "p (paired)": _p_texts(sweep, data),
-    })
+    ends = [f"{fmt_number(a)} → {fmt_number(b)}" for a, b in zip(data["first_mean"], data["last_mean"])]
+    display = _benchmark_rows(sweep, data, "gain [95% CI]", **{"first → last (mean)": ends})
     notes = [
         "gain: each run's last minus its first held-out evaluation; a CI above 0 means training raised the score.",
-        f"{CI_NOTE}; p: two-sided paired bootstrap-t over seeds shared with the baseline.",
+        PAIRED_NOTE,
     ]
     return ReportTable("eval_gain", title, data, sweep.readable(display), notes)
 
@@ -254,7 +249,7 @@ def jitter2_table(sweep: PreparedSweep, keys: list[str]) -> ReportTable:
         f"vs {sweep.baseline}": [fmt_ratio(r) if np.isfinite(r) else "—" for r in data["ratio_vs_baseline"]],
         "p (paired)": _p_texts(sweep, data),
     })
-    notes = [f"{CI_NOTE}; p: two-sided paired bootstrap-t over seeds shared with the baseline."]
+    notes = [PAIRED_NOTE]
     notes += [f"not logged: {k}" for k in keys if k not in logged]
     return ReportTable("jitter2", title, data, sweep.readable(display), notes)
 
