@@ -133,19 +133,17 @@ def launched(tmp_path_factory, tiny, template_db):
     workdir = root / "work"
     workdir.mkdir()
     (workdir / "mlflow.db").write_bytes(Path(template_db).read_bytes())
-    # the longest run first (8 steps, a requeue and a second verl start-up): its second attempt runs
-    # beside the others, not alone at the end (CI saw ~50 s of one run on two cores there)
     main = verl_sweep(root, made, {
-        "reward-balanced": {
-            "batching": {"strategy": "reward_balanced", "min_frac": 0.25},
-            "data": {"reward_function": f"{rare}:compute_score"},
-            "budget": {"steps": REQUEUED_STEPS, "checkpoint_every": 2},
-        },
         "grpo": {"algorithm": {"loss": "grpo"}, "budget": {"steps": STOPPED_BUDGET, "checkpoint_every": 2},
                  "monitor": {"entropy_collapse": {"floor": 100.0, "window": 2}}},
         "gspo": {"algorithm": {"loss": "gspo"}},
         "dfpo": {"algorithm": {"loss": "dfpo", "dfpo": {"transform": "min_replace"}}},
         "gspo-delta-tis": {"algorithm": {"loss": "gspo", "inject_delta": {"delta": 3.0}, "tis": {"cap": 2.0}}},
+        "reward-balanced": {
+            "batching": {"strategy": "reward_balanced", "min_frac": 0.25},
+            "data": {"reward_function": f"{rare}:compute_score"},
+            "budget": {"steps": REQUEUED_STEPS, "checkpoint_every": 2},
+        },
         "bad-reward": {"data": {"reward_function": str(bad)}},
     })
     # cancelled once two steps are logged; the cap only bounds a run the test failed to cancel
