@@ -42,12 +42,13 @@ def real_lm_run(work: Path, model: Path, data: Path, arm: str, steps: int):
     import yaml
 
     from cancelctl.spec.expand import load_sweep
+    from cancelctl.spec.experiment import BUDGET_AXES
 
     spec = yaml.safe_load((ROOT / "experiments" / "real-lm.yaml").read_text())
     spec["base"]["model"]["path"] = str(model)
     spec["base"]["data"].update(train_files=[str(data / "train.parquet")], val_files=[str(data / "test.parquet")])
     budget = spec["base"]["budget"]
-    for axis in ("update_steps", "gen_tokens"):  # the spec's budget axis, replaced by a step count
+    for axis in BUDGET_AXES:  # the spec's budget axis, whichever it is, replaced by a step count
         budget.pop(axis, None)
     budget.update(steps=steps, checkpoint_every=steps)
     spec["base"]["eval"]["every"] = steps

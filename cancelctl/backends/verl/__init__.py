@@ -38,20 +38,4 @@ def __getattr__(name: str):
     return value
 
 
-__all__ = [
-    "SKIPPED",
-    "RunIssue",
-    "ValidationResult",
-    "VerlRenderError",
-    "compose_run",
-    "config_name",
-    "format_command",
-    "launch_blockers",
-    "launch_refusals",
-    "unsupported_on_verl",
-    "render_command",
-    "render_overrides",
-    "train",
-    "validate_runs",
-    "verl_available",
-]
+__all__ = list(_EXPORTS)
