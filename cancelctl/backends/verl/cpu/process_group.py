@@ -15,29 +15,77 @@ importing process on a rendezvous. The hook is also where the model config — a
 for it: GPU runs never import this module. Elsewhere (driver, TaskRunner, where HFModelConfig is
 built without those variables) importing it does nothing. The upstream fix is one line: drop the
 second pair of the backend string when the device is `cpu`.
+
+Why rank 0 does not listen on MASTER_PORT: verl picks it by binding port 0 and closing the socket
+(`single_controller/ray/base.py:91`), seconds before the workers bind it — long enough, with other
+runs starting on the same machine, for another process to take it (CI saw `EADDRINUSE` once with
+three runs side by side). So rank 0's store binds a port the kernel holds for it from the start,
+and the other ranks read that port from Ray's key-value store, under a key unique to this worker
+group (verl's WG_PREFIX and pick). A `DIST_INIT_METHOD` set by the user is honoured as verl does.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from datetime import timedelta
 
 RENDEZVOUS_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+STORE_PORT_WAIT_S = 600  # how long ranks > 0 wait for rank 0 to publish its store's port
+
+
+def _store_port_key() -> str:
+    """Unique to this worker group while it starts: its random prefix and verl's (unused) pick."""
+    env = os.environ
+    return f"cancelctl/process_group/{env.get('WG_PREFIX', '')}/{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+
+
+def publish_store_port(port: int) -> None:
+    from ray.experimental import internal_kv
+
+    internal_kv._internal_kv_put(_store_port_key(), str(port))
+
+
+def wait_for_store_port(timeout_s: float = STORE_PORT_WAIT_S) -> int:
+    from ray.experimental import internal_kv
+
+    key, deadline = _store_port_key(), time.monotonic() + timeout_s
+    while (port := internal_kv._internal_kv_get(key)) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank 0 of this worker group did not publish its store's port within "
+                               f"{timeout_s:.0f} s (Ray key {key!r}); see rank 0's log")
+        time.sleep(0.1)
+    return int(port)
+
+
+def rendezvous_store(rank: int, world_size: int):
+    """Rank 0's TCPStore on a port the kernel picks and keeps bound; the others connect to it."""
+    import torch.distributed as dist
+
+    if rank == 0:
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], 0, world_size, is_master=True,
+                              wait_for_workers=False)
+        if world_size > 1:
+            publish_store_port(store.port)
+        return store
+    return dist.TCPStore(os.environ["MASTER_ADDR"], wait_for_store_port(), world_size, is_master=False,
+                         timeout=timedelta(seconds=STORE_PORT_WAIT_S))
 
 
 def init_gloo_process_group() -> bool:
-    """Create the default gloo group from the torch.distributed env vars; True if this call made it."""
+    """Create the default gloo group of this Ray worker; True if this call made it."""
     import torch.distributed as dist
 
     if dist.is_initialized() or not all(
         os.environ.get(name) for name in RENDEZVOUS_VARS
     ):
         return False
-    dist.init_process_group(
-        backend="gloo",
-        rank=int(os.environ["RANK"]),
-        world_size=int(os.environ["WORLD_SIZE"]),
-        init_method=os.environ.get("DIST_INIT_METHOD") or None,
-    )
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if init_method := os.environ.get("DIST_INIT_METHOD"):
+        dist.init_process_group(backend="gloo", rank=rank, world_size=world_size, init_method=init_method)
+    else:
+        dist.init_process_group(backend="gloo", rank=rank, world_size=world_size,
+                                store=rendezvous_store(rank, world_size))
     return True
 
 
