@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import timedelta
 
 RENDEZVOUS_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 STORE_PORT_WAIT_S = 600  # how long ranks > 0 wait for rank 0 to publish its store's port
@@ -61,15 +60,16 @@ def wait_for_store_port(timeout_s: float = STORE_PORT_WAIT_S) -> int:
 def rendezvous_store(rank: int, world_size: int):
     """Rank 0's TCPStore on a port the kernel picks and keeps bound; the others connect to it."""
     import torch.distributed as dist
+    from torch.distributed.constants import default_pg_timeout  # the store timeout env:// gave
 
     if rank == 0:
         store = dist.TCPStore(os.environ["MASTER_ADDR"], 0, world_size, is_master=True,
-                              wait_for_workers=False)
+                              timeout=default_pg_timeout, wait_for_workers=False)
         if world_size > 1:
             publish_store_port(store.port)
         return store
     return dist.TCPStore(os.environ["MASTER_ADDR"], wait_for_store_port(), world_size, is_master=False,
-                         timeout=timedelta(seconds=STORE_PORT_WAIT_S))
+                         timeout=default_pg_timeout)
 
 
 def init_gloo_process_group() -> bool:
