@@ -94,7 +94,7 @@ def build_report(
     stops = alerts.stops if alerts is not None else {}
     # a run a rule stopped ends early on purpose: never "short"; the claims use it (a stop is an
     # outcome), the compute-matched tables only with include_stopped
-    screened = screen_points(runs, metrics, include_short=include_unfinished, exempt=stops.keys())
+    screened = screen_points(runs, metrics, include_short=include_unfinished, stops=stops)
     table_runs, stopped_notes = leave_out_stopped(screened.runs, alerts.stopped if alerts is not None else {}, include_stopped)
     try:
         prepared, prepare_notes = prepare_sweep(table_runs, screened.metrics, baseline, include_unfinished, n_boot, seed)

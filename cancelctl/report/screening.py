@@ -1,8 +1,11 @@
 """Points and runs a report cannot trust, found before any statistic is computed.
 
 - A point whose value is not finite (NaN, ±inf: a diverged step) or whose step lies outside the
-  run's budget (below 0, above `budget_steps`) is rejected: never averaged, and named in the
-  "Rejected points" table (run, key, reason, steps).
+  run's budget (below 0, above `budget_steps`; on a compute budget, after the run's end: the first
+  step whose `compute/<axis>_cum` reaches the budget, where the run stopped) is rejected: never
+  averaged, and named in the "Rejected points" table (run, key, reason, steps). So is a point after
+  the step a monitor `stop` rule ended the run at (`stops`: verl trains a few steps on before the
+  stop reaches it; nothing after the rule's step is the run's).
 - A FINISHED run whose points end before its budget (its folder deleted mid-run: the points after
   that reached neither the store nor the folder) has not spent the compute its arm is compared at:
   it is named and left out of the tables, or, with `include_short` (--include-unfinished), kept and
@@ -12,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +23,7 @@ import pandas as pd
 
 from cancelctl.errors import SpecError
 from cancelctl.report.model import CANNOT, MATCHED_STATES, ReportTable
+from cancelctl.stats.outcomes import Stop
 
 BUDGET_COLUMN = "budget_steps"  # collect's runs frame: the run's planned training steps (NA: unknown)
 COMPUTE_BUDGET_KEYS = {"gen_tokens": "compute/gen_tokens_cum", "update_steps": "compute/update_steps_cum"}
@@ -45,11 +49,12 @@ class Screened:
 
 
 def screen_points(
-    runs: pd.DataFrame, metrics: pd.DataFrame, *, include_short: bool = False, exempt: Collection[str] = ()
+    runs: pd.DataFrame, metrics: pd.DataFrame, *, include_short: bool = False, stops: Mapping[str, Stop] | None = None
 ) -> Screened:
     """Reject the points that cannot be right and find the finished runs that end short.
-    `exempt`: run ids known to end early on purpose (a monitor rule stopped them and the user
-    included them): not called short."""
+    `stops`: run id -> the monitor rule and step that ended it (`cancelctl.report.alerts`): the run
+    ends early on purpose (never called short), and its points after that step are rejected."""
+    stops = stops or {}
     names = _names(runs)
     budget = _budgets(runs)
     value = metrics["value"].to_numpy(dtype=float)
@@ -63,6 +68,15 @@ def screen_points(
     budget_text = pd.Series(run_budget).map(lambda b: f"{b:.0f}" if np.isfinite(b) else "?").to_numpy(dtype=object)
     step_reason = np.where(step < 0, "negative step", "step beyond the budget of " + budget_text + " steps")
     reasons = np.where(outside & (reasons == ""), step_reason, reasons)
+    run_ids = metrics["run_id"].astype(str)
+    ends = _compute_budget_ends(runs, metrics.loc[reasons == ""])
+    run_end = run_ids.map({r: end for r, (end, _) in ends.items()}).to_numpy(dtype=float)
+    end_reason = run_ids.map({r: text for r, (_, text) in ends.items()}).to_numpy(dtype=object)
+    reasons = np.where((step > run_end) & (reasons == ""), end_reason, reasons)
+    stop_step = run_ids.map({r: stop.step for r, stop in stops.items()}).to_numpy(dtype=float)
+    stop_reason = run_ids.map({r: f"after the monitor stop at step {stop.step} ({stop.rule})"
+                               for r, stop in stops.items()}).to_numpy(dtype=object)
+    reasons = np.where((step > stop_step) & (reasons == ""), stop_reason, reasons)
     bad = reasons != ""
     kept = metrics.loc[~bad].reset_index(drop=True)
     rejected = _rejected_rows(metrics.loc[bad].assign(reason=reasons[bad]), names)
@@ -70,9 +84,10 @@ def screen_points(
     if not rejected.empty:
         notes.append(
             f"{int(rejected['points'].sum())} point(s) rejected and not used (non-finite values, steps outside the "
-            f"run's budget) in {rejected['run_id'].nunique()} run(s): see Rejected points"
+            f"run's budget or after its monitor stop) in {rejected['run_id'].nunique()} run(s): see Rejected points"
         )
-    short = {**_short_runs(runs, kept, budget, names, set(exempt)), **_short_of_compute(runs, kept, names, set(exempt))}
+    exempt = {str(r) for r in stops}
+    short = {**_short_runs(runs, kept, budget, names, exempt), **_short_of_compute(runs, kept, names, exempt)}
     kept_runs = runs
     if short:
         listed = ", ".join(list(short.values())[:NAMES_SHOWN]) + (" ..." if len(short) > NAMES_SHOWN else "")
@@ -98,7 +113,8 @@ def rejected_table(rejected: pd.DataFrame) -> ReportTable:
         "steps": rejected["steps"].astype(str),
     })
     notes = [("Points that cannot be right are never averaged: non-finite values (a diverged step) and steps "
-              "outside the run's budget (0 … budget.steps).")]
+              "outside the run's budget (0 … budget.steps; on a compute budget, after the step that reached it) or after "
+              "the step a monitor `stop` rule ended the run at.")]
     return ReportTable("rejected_points", "Rejected points", rejected.reset_index(drop=True), display, notes)
 
 
@@ -112,6 +128,28 @@ def _budgets(runs: pd.DataFrame) -> dict[str, float]:
         return {}
     numbers = pd.to_numeric(runs[BUDGET_COLUMN], errors="coerce").astype(float)
     return {str(r): float(b) for r, b in zip(runs["run_id"], numbers, strict=True) if np.isfinite(b)}
+
+
+def _compute_budget_ends(runs: pd.DataFrame, metrics: pd.DataFrame) -> dict[str, tuple[int, str]]:
+    """run id -> (its last step, the reason a later point is rejected) for the runs on a compute budget
+    that reached it: a compute budget ends the run at the first step whose `compute/<axis>_cum`
+    reaches the budget (cancelctl.spec.BudgetSpec), so nothing after that step is the run's."""
+    if not {"budget_axis", "budget_amount"} <= set(runs.columns) or metrics.empty:
+        return {}
+    axis = runs["budget_axis"].where(runs["budget_axis"].isin(list(COMPUTE_BUDGET_KEYS)))
+    budgets = pd.DataFrame({"run_id": runs["run_id"].astype(str), "axis": axis,
+                            "amount": pd.to_numeric(runs["budget_amount"], errors="coerce")}).dropna()
+    if budgets.empty:
+        return {}
+    budgets["key"] = budgets["axis"].map(COMPUTE_BUDGET_KEYS)
+    points = metrics[metrics["key"].isin(list(COMPUTE_BUDGET_KEYS.values()))]
+    points = points.assign(run_id=points["run_id"].astype(str)).merge(budgets, on=["run_id", "key"])
+    reached = points[points["value"].to_numpy(dtype=float) >= points["amount"].to_numpy(dtype=float)]
+    ends = {}
+    for (run_id, axis, amount), part in reached.groupby(["run_id", "axis", "amount"], sort=False):
+        end = int(part["step"].min())
+        ends[run_id] = (end, f"step beyond the run's end ({axis} budget {amount:,.0f} reached at step {end})")
+    return ends
 
 
 def _rejected_rows(bad: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:

@@ -213,7 +213,7 @@ def judge_until_decided(
     runs, metrics, _ = collect_sweep(store_uri or resolve_tracking_uri(None, workdir), experiment, workdir)
     runs, metrics, _ = only_current_runs(runs, metrics, planned)
     alerts = read_sweep_alerts(workdir, sweep)
-    screened = screen_points(runs, metrics, exempt=alerts.stops.keys())
+    screened = screen_points(runs, metrics, stops=alerts.stops)
     baseline = planned.spec.baseline or sorted(screened.runs["arm"].astype(str).unique())[0]
     prepared, _ = prepare_sweep(screened.runs, screened.metrics, baseline, False, 10_000, 0)
     return sequential_verdicts(prepared, planned.spec.claims, rounds, allow_unmatched=allow_unmatched, alerts=alerts)

@@ -165,3 +165,20 @@ def test_a_stopped_run_too_short_for_its_metric_is_left_out_with_the_count(tmp_p
     growth = verdicts(report).loc["growth"]
     assert growth["n_seeds"] == 5 and growth["status"] != "cannot judge"
     assert "1 of them stopped too early for a slope value of mismatch/rho_std" in growth["notes"]
+
+
+def test_steps_logged_after_the_monitor_stop_are_not_the_runs(tmp_path, stopped_report):
+    """verl trains a few steps past the stop before the job's SIGTERM reaches it: steps 41-46 of a run
+    the rule stopped at step 40, already in its metrics.jsonl, are rejected and named, and the claims
+    read as without them."""
+    runs, metrics = stand_in(tmp_path / "work")
+    alerts = read_sweep_alerts(tmp_path / "work", SWEEP)
+    late = [("delta-0-0", s, key, 9.0) for s in range(41, 47) for key in ("mismatch/rho_std", "actor/entropy")]
+    metrics = pd.concat([metrics, pd.DataFrame(late, columns=metrics.columns)], ignore_index=True)
+    report = report_for(tmp_path, runs, metrics, claims=CLAIMS, alerts=alerts, plots=False, sweep=SWEEP)
+    rejected = report.table("rejected_points").data
+    assert {(r.name, r.key, r.reason, r.points) for r in rejected.itertuples()} == {
+        ("delta-0-s0", key, "after the monitor stop at step 40 (entropy_collapse)", 6)
+        for key in ("mismatch/rho_std", "actor/entropy")}
+    columns = ["status", "n_seeds", "effect"]
+    pd.testing.assert_frame_equal(verdicts(report)[columns], verdicts(stopped_report)[columns])

@@ -122,3 +122,28 @@ def test_a_token_budget_sweep_is_matched_on_tokens_and_a_run_short_of_its_tokens
     report = report_for(tmp_path / "short", runs, cut_short(metrics, SHORT_RUN, 4), plots=False)
     note = next(n for n in report.notes if "end before their budget" in n)
     assert f"{SHORT_RUN} (compute/gen_tokens_cum 51,200 of 256,000)" in note and "left out" in note
+
+
+def compute_budget_sweep(axis: str):
+    """Every run on a compute budget it reaches at its last step (STEPS): gen_tokens or update_steps."""
+    runs, metrics = synthetic_sweep(steps=STEPS)
+    per_step = {"gen_tokens": runs["G"] * 16 * 100, "update_steps": runs["G"] * 0 + 2}[axis]
+    return runs.assign(budget_axis=axis, budget_amount=per_step * STEPS), metrics
+
+
+@pytest.mark.parametrize("axis", ["gen_tokens", "update_steps"])
+def test_a_point_past_the_step_that_spent_a_compute_budget_is_rejected_not_the_final_score(tmp_path, axis):
+    """A compute budget ends the run at the step whose cumulative compute reaches it (step 20 here):
+    a point far past it in metrics.jsonl is not the run's and never its final score."""
+    runs, metrics = compute_budget_sweep(axis)
+    clean = report_for(tmp_path / "clean", runs, metrics, plots=False)
+    metrics.loc[len(metrics)] = ["dfpo-G8-s2", 9_999, EVAL, 0.99]
+    metrics.loc[len(metrics)] = ["dfpo-G8-s2", 9_999, f"compute/{axis}_cum", 1e12]  # compute logged with it too
+
+    report = report_for(tmp_path / "bad", runs, metrics, plots=False)
+    rejected = report.table("rejected_points").data
+    amount = runs.set_index("run_id").loc["dfpo-G8-s2", "budget_amount"]
+    reason = f"step beyond the run's end ({axis} budget {amount:,.0f} reached at step {STEPS})"
+    assert {(r.name, r.key, r.reason, r.steps) for r in rejected.itertuples()} == {
+        ("dfpo-G8-s2", EVAL, reason, "9999"), ("dfpo-G8-s2", f"compute/{axis}_cum", reason, "9999")}
+    assert final_mean(report, "dfpo") == pytest.approx(final_mean(clean, "dfpo"))  # 0.99 never averaged
