@@ -134,6 +134,25 @@ def test_steps_a_resumed_verl_replays_are_forwarded_once(tmp_path):
     assert fwd.pump() == 2 and [s for s, _ in logger.points] == [5, 6] and fwd.replayed == {3, 4}
 
 
+def test_steps_verl_logs_after_a_monitor_stop_are_not_forwarded(tmp_path):
+    """The nonfinite rule fires at step 2; verl trains on until the job's SIGTERM lands (steps 3-6 on
+    CI's cores, some in the same pump as step 2, the rest during the stop's grace): only 1-2 are the run's."""
+    from cancelctl.jobs.monitor import RunMonitor
+    from cancelctl.spec.monitor import MonitorSpec
+
+    path = tmp_path / "verl_metrics.jsonl"
+    line = lambda s: json.dumps({"step": s, "data": {"actor/pg_loss": "NaN" if s == 2 else 0.5 / s}}) + "\n"
+    path.write_text("".join(line(s) for s in (1, 2, 3)).replace('"NaN"', "NaN"))
+    mon = RunMonitor(MonitorSpec(), tmp_path)
+    logger = ListLogger()
+    fwd = MetricsForwarder(path, logger, entry.monitored(lambda s, m: m, mon))
+    assert fwd.pump() == 2 and mon.stopped is not None and mon.stopped.step == 2
+    with path.open("a") as fh:  # verl still running while the job waits for it to end
+        fh.write("".join(line(s) for s in (4, 5, 6)))
+    assert fwd.pump() == 0
+    assert [s for s, _ in logger.points] == [1, 2] and fwd.last == logger.points[-1][1]
+
+
 def checkpoints(tmp_path, steps, latest):
     folder = tmp_path / "checkpoints"
     for step in steps:
