@@ -107,10 +107,24 @@ def describe(err: dict, model: type[BaseModel] | None, loc: tuple) -> str:
         return "required field is missing"
     if "input" in err and not isinstance(err["input"], (dict, list)):
         msg += f" (got {err['input']!r})"
-    if isinstance(err.get("input"), bool) and not err["type"].startswith("bool"):
+    if err["type"] == "model_type" and isinstance(err.get("input"), (bool, str)):
+        msg += _section_hint(err["input"], model, loc)
+    elif isinstance(err.get("input"), bool) and not err["type"].startswith("bool"):
         # YAML 1.1 (PyYAML) reads unquoted on/off/yes/no as booleans; a words field takes them back
         msg += "; YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote the word (e.g. 'off')"
     return msg
+
+
+def _section_hint(given: bool | str, model: type[BaseModel] | None, loc: tuple) -> str:
+    """A word (quoted or not) where a section goes: quoting cannot help, the section's fields do. A
+    monitor rule is turned off by its `action` (`entropy_collapse: {action: off}`)."""
+    section = _model_at(model, tuple(loc)) if model is not None else None
+    name = loc[-1] if loc else "this field"
+    if section is not None and "action" in section.model_fields:
+        word = given if given in ("warn", "stop", "off") else "off" if given is False else None
+        example = f"`{name}: {{action: {word}}}`" if word else f"`{name}: {{action: warn}}` or `{{action: stop}}`"
+        return f"; a monitor rule is a section, not a word (quoted or not): write {example}"
+    return f"; {name} is a section (a mapping of its fields), not a word (quoted or not)"
 
 
 def _dotted(parts: tuple) -> str:

@@ -294,6 +294,21 @@ def test_readme_monitor_action_off_unquoted(write_yaml):
     assert sweep.runs[0].spec.monitor.reward_collapse.action == "off"
 
 
+@pytest.mark.parametrize("word", ["off", "'off'", '"off"'])
+def test_a_monitor_rule_given_a_word_says_to_write_its_action_and_that_works(write_yaml, word):
+    """`entropy_collapse: off` (quoted or not) is refused: the hint is the one that works, not 'quote it'."""
+    [issue] = issues_of(write_yaml(f"name: t\nbase:\n  monitor:\n    entropy_collapse: {word}\narms:\n  a: {{}}\n"))
+    assert issue.path == "base.monitor.entropy_collapse" and "quote the word" not in issue.message
+    assert "a monitor rule is a section, not a word (quoted or not): write `entropy_collapse: {action: off}`" in issue.message
+    fixed = "name: t\nbase:\n  monitor:\n    entropy_collapse: {action: off}\narms:\n  a: {}\n"
+    assert load_sweep(write_yaml(fixed)).runs[0].spec.monitor.entropy_collapse.action == "off"
+
+
+def test_a_section_given_a_word_says_it_is_a_section(write_yaml):
+    [issue] = issues_of(write_yaml("name: t\nbase:\n  budget: off\narms:\n  a: {}\n"))
+    assert issue.path == "base.budget" and "budget is a section" in issue.message and "quote the word" not in issue.message
+
+
 def test_a_text_field_given_a_yaml_boolean_says_quote_it(write_yaml):
     [issue] = issues_of(write_yaml(BASE + "    model: {template: yes}\n"))
     assert issue.path == "arms.a.model.template" and "(got True)" in issue.message and "quote the word" in issue.message
