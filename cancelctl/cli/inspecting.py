@@ -114,10 +114,15 @@ def _budget(budget) -> str:
 
 
 def _si(n: float) -> str:
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g}{unit}"
-    return f"{n:g}"
+    """3 significant digits in the smallest unit that keeps them below 1000 ("98.3k", "1M" for
+    999,950, never "1e+03k"); past the largest unit a power of ten ("1e18", never "1e+06T")."""
+    if n < 1e3:
+        return f"{n:g}"
+    for unit, scale in (("k", 1e3), ("M", 1e6), ("G", 1e9), ("T", 1e12)):
+        shown = f"{n / scale:.3g}"
+        if "e" not in shown and float(shown) < 1e3:
+            return f"{shown}{unit}"
+    return f"{n:.3g}".replace("e+", "e")
 
 
 def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file.")) -> None:

@@ -63,6 +63,17 @@ def test_plan_shows_each_runs_budget_on_its_axis(write_yaml):
     assert demo["budget_axis"] == "steps" and demo["planned_update_steps"] > 0
 
 
+def test_plan_shows_big_budgets_as_numbers_not_1e_plus_06T(write_yaml):
+    path = write_yaml("name: t\nbase: {budget: {gen_tokens: 1000000000000000000}}\narms:\n  a: {}\n")
+    result = runner.invoke(app, ["plan", str(path)], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("a-s0"))
+    assert row.split()[-6:-3] == ["1e18", "tokens", "1e18"], row
+    from cancelctl.cli.inspecting import _si
+
+    assert [_si(n) for n in (200, 98_304, 999_950, 2.5e9, 1e15)] == ["200", "98.3k", "1M", "2.5G", "1e15"]
+
+
 def test_status_shows_the_step_alone_when_the_budget_ends_at_an_unknown_step():
     from rich.console import Console
 
