@@ -10,6 +10,7 @@ catalogs (`cancelctl.spec.executors`, `losses.catalog`), never against the code 
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, WithJsonSchema, field_validator, model_serializer, model_validator
@@ -233,6 +234,17 @@ class BudgetSpec(Strict):
         if isinstance(data, dict) and "steps" not in data and any(data.get(k) is not None for k in COMPUTE_BUDGETS):
             return {**data, "steps": None}
         return data
+
+    @field_validator("steps", "gen_tokens", "update_steps", "prompts_per_step", "checkpoint_every", mode="before")
+    @classmethod
+    def _whole_number_in_scientific_notation(cls, value: Any) -> Any:
+        """`gen_tokens: 75e3` (YAML reads a float): the whole number it names, as if written 75000 (the
+        same run id); a fractional one (75.5e0) is refused."""
+        if isinstance(value, float) and math.isfinite(value):
+            if not value.is_integer():
+                raise PydanticCustomError("int_from_float", "Input should be a valid integer, got a number with a fractional part")
+            return int(value)
+        return value
 
     @field_validator("gen_tokens", "update_steps")
     @classmethod

@@ -81,6 +81,21 @@ def test_bad_budgets_point_at_their_line(write_yaml, budget, message):
     assert issue.location.line in (6, 8) and message in issue.message
 
 
+@pytest.mark.parametrize("written", ["gen_tokens: 75e3", "gen_tokens: 7.5e+4", "gen_tokens: 75000.0"])
+def test_a_whole_number_in_scientific_notation_is_that_number(write_yaml, written):
+    """YAML reads 75e3 as a float: a budget takes the whole number it names, with the run id of 75000."""
+    run = sweep_with(write_yaml, written).runs[0]
+    assert run.spec.budget.gen_tokens == 75_000 and type(run.spec.budget.gen_tokens) is int
+    assert run.run_id == sweep_with(write_yaml, "gen_tokens: 75000").runs[0].run_id
+    assert sweep_with(write_yaml, "steps: 1e2\n    checkpoint_every: 2.5e1").runs[0].spec.budget.checkpoint_every == 25
+
+
+def test_a_fractional_number_in_scientific_notation_is_refused(write_yaml):
+    issue = issue_of(write_yaml, "gen_tokens: 75.5e0")
+    assert issue.path == "base.budget.gen_tokens" and issue.location.line == 8
+    assert "fractional part" in issue.message and "(got 75.5)" in issue.message
+
+
 def test_planned_compute_per_axis(write_yaml):
     steps, tokens, updates = (
         sweep_with(write_yaml, budget).runs[0].spec for budget in ("steps: 10", "gen_tokens: 90000", "update_steps: 41")
