@@ -59,6 +59,14 @@ class RunState:
         return data
 
 
+class SweepStates(list):
+    """The RunStates of a sweep, and `unreachable`: the line saying a scheduler did not answer (its
+    runs then show the last state it gave), or None. Verbs print it once; those that must decide
+    on a state (`--retry-failed`, `cancel`) refuse while it is set."""
+
+    unreachable: str | None = None
+
+
 def state_counts(states) -> str:
     """"3 completed, 1 failed": the runs counted by state, as `status`, `sweep` and `list` print them."""
     counts: dict[str, int] = {}

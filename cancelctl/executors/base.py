@@ -10,7 +10,8 @@ The launcher, `status` and `cancel` talk to a scheduler only through these metho
     submit(paths, runs, plan, lock_fd)      launch, under the submit lock: hand runs over (or queue them)
     start(paths, runs, wait, tick)          launch, after the lock: drive queued runs (in-process drivers)
     reconcile(paths, intents, wait)         resolve intents a killed launcher left
-    task_states(submissions) -> tasks       status: ONE scheduler query for the whole sweep
+    task_states(paths, submissions) -> tasks status: ONE scheduler query for the whole sweep
+    unreachable(tasks) -> note | None       status: the scheduler did not answer (states are the last known)
     classify(state, ...)                    status: a started submission's run state from `tasks`
     cancel(paths, active, signalled)        cancel: stop these runs; returns the job ids it stopped
     log_path(paths, sub, index)             the scheduler's stderr log of a run
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from cancelctl.errors import CancelctlError
 from cancelctl.manifest import Manifest, RunEntry, Submission
 from cancelctl.runstate import RunState
 from cancelctl.workdir import SweepPaths
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 Tick = Callable[[bool], None]
 
 
-class SchedulerError(RuntimeError):
+class SchedulerError(CancelctlError, RuntimeError):
     """A scheduler command failed, timed out or is missing (exit 1 at the CLI)."""
 
 
@@ -102,9 +104,14 @@ class Executor(ABC):
 
     # -- status --------------------------------------------------------------------------------
 
-    def task_states(self, submissions: Sequence[Submission]) -> dict[Any, Any]:
-        """The scheduler's view of these submitted submissions (one query), keyed as `classify` reads it."""
+    def task_states(self, paths: SweepPaths, submissions: Sequence[Submission]) -> dict[Any, Any]:
+        """The scheduler's view of these submitted submissions (one query), keyed as `classify` reads it.
+        Where the scheduler does not answer, the last answer it gave stands (never "unknown")."""
         return {}
+
+    def unreachable(self, tasks: dict[Any, Any]) -> str | None:
+        """One line naming what did not answer and since when, when `tasks` are not a fresh answer."""
+        return None
 
     def requeued(self, sub: Submission, index: int, tasks: dict[Any, Any]) -> bool:
         """A run that wrote its result but is queued or running again (requeue, preemption)."""

@@ -33,6 +33,7 @@ SLURM_PENDING = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING
 SLURM_RUNNING = {"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT"}
 # Accounting writes lag sbatch by ~1 s; a job it does not show yet is pending for this long.
 ACCOUNTING_GRACE_S = 120.0
+LAST_KNOWN_STATES = "slurm_states.json"  # in the sweep's folder: what SLURM last said of its tasks
 
 Shapes = dict[str, slurm.JobShape]  # run id -> its array's shape
 
@@ -72,8 +73,10 @@ class SlurmExecutor(Executor):
             )
             path = paths.submitit_dir / f".test-only-{i}.sh"
             path.write_text(script, encoding="utf-8")
-            refusal = slurm.sbatch_test_only(path)
-            path.unlink(missing_ok=True)
+            try:
+                refusal = slurm.sbatch_test_only(path)
+            finally:
+                path.unlink(missing_ok=True)
             if refusal:
                 issues.append(SpecIssue(None, "cluster", f"SLURM refuses {shape.parameters}: {refusal}"))
         if issues:
@@ -148,9 +151,17 @@ class SlurmExecutor(Executor):
 
     # -- status --------------------------------------------------------------------------------
 
-    def task_states(self, submissions: Sequence[Submission]) -> dict[tuple[str, int], slurm_states.TaskState]:
+    def task_states(self, paths: SweepPaths, submissions: Sequence[Submission]) -> slurm_states.TaskStates:
+        """One sacct call (squeue where needed); arrays SLURM did not answer for keep the states it
+        last gave (`LastKnownStates`), and `unreachable_note()` says so."""
         sizes = {s.job_id: len(s.run_ids) for s in submissions if s.job_id}
-        return slurm_states.task_states(sorted(sizes), sizes) if sizes else {}
+        if not sizes:
+            return slurm_states.TaskStates()
+        polled = slurm_states.task_states(sorted(sizes), sizes)
+        return slurm_states.LastKnownStates(paths.sweep_dir / LAST_KNOWN_STATES).merge(polled)
+
+    def unreachable(self, tasks) -> str | None:
+        return tasks.unreachable_note() if isinstance(tasks, slurm_states.TaskStates) else None
 
     def requeued(self, sub: Submission, index: int, tasks) -> bool:
         """A task that wrote result.json and was then requeued (`scontrol requeue`, preemption) runs
@@ -167,6 +178,8 @@ class SlurmExecutor(Executor):
                 state.state, state.reason = FAILED, error[1]
             elif now - (sub.submitted_at or sub.created_at) < ACCOUNTING_GRACE_S:
                 state.state, state.reason = PENDING, "submitted; not in accounting yet"
+            elif sub.job_id in getattr(tasks, "unanswered", ()):  # silence is not "gone"
+                state.state, state.reason = PENDING, "SLURM unreachable; no state known for this job yet"
             else:
                 state.state, state.reason = FAILED, f"job {state.job_id} is unknown to SLURM (sacct/squeue)"
             return
@@ -205,9 +218,12 @@ class SlurmExecutor(Executor):
     def wait_stopped(self, job_ids: Sequence[str], deadline: float) -> None:
         """scancel'd tasks linger as COMPLETING for KillWait: return once slurmctld holds none."""
         arrays = sorted(set(job_ids))
-        while arrays and slurm_states.live_tasks(arrays):
+        while arrays:
+            live = slurm_states.live_tasks(arrays)  # SchedulerError when slurmctld does not answer
+            if not live:
+                return
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"SLURM still runs {', '.join(slurm_states.live_tasks(arrays))} after cancel")
+                raise TimeoutError(f"SLURM still runs {', '.join(live)} after cancel")
             time.sleep(0.5)
 
 

@@ -158,11 +158,27 @@ def check_shape(shape: JobShape, where: str = "cluster", folder: Path = Path("/n
 
 def sbatch_test_only(script: Path) -> str | None:
     """Ask slurmctld whether it would accept the script (`sbatch --test-only`; nothing is queued).
-    None if it would, else its error."""
+    None if it would, else its refusal; SchedulerError when slurmctld did not answer (a runtime
+    failure, not bad settings)."""
     result = run_command(["sbatch", "--test-only", str(script)], timeout=SBATCH_TIMEOUT_S, check=False)
     if result.returncode == 0:
         return None
-    return (result.stderr or result.stdout).strip() or f"sbatch --test-only exited {result.returncode}"
+    said = (result.stderr or result.stdout).strip() or f"sbatch --test-only exited {result.returncode}"
+    if controller_unreachable(said):
+        raise SchedulerError(f"SLURM unreachable: sbatch --test-only: {said}; the cluster settings were not checked "
+                             f"and nothing was submitted: run the same command once slurmctld answers")
+    return said
+
+
+# What SLURM's clients print when slurmctld (or slurmdbd) did not answer, as opposed to a refusal.
+_UNREACHABLE = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Connection refused|Zero Bytes were transmitted"
+    r"|Communication connection failure|Connection timed out|Transport endpoint is not connected"
+    r"|Problem talking to the database|slurmdbd.*(down|not respond)", re.IGNORECASE)
+
+
+def controller_unreachable(message: str) -> bool:
+    return bool(_UNREACHABLE.search(message))
 
 
 # ---------------------------------------------------------------------------------- rendering
@@ -273,8 +289,11 @@ def scancel(job_ids: Iterable[str]) -> None:
 
 def run_command(cmd: list[str], *, timeout: float, check: bool, pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess:
     try:
+        # replacement characters for bytes that are not UTF-8 (a job name, a node's locale): a
+        # garbled character in a status line, never a UnicodeDecodeError
         result = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, check=False, pass_fds=tuple(pass_fds), stdin=subprocess.DEVNULL
+            cmd, capture_output=True, encoding="utf-8", errors="replace", timeout=timeout, check=False,
+            pass_fds=tuple(pass_fds), stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
         raise SchedulerError(f"{' '.join(cmd[:3])} ... did not answer within {timeout:.0f} s") from None

@@ -8,10 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cancelctl.executors import get_executor
+from cancelctl.executors.base import SchedulerError
 from cancelctl.executors.driver import driver_alive
 from cancelctl.fileio import file_lock, file_lock_if_free, read_json
 from cancelctl.manifest import ManifestBusy
-from cancelctl.runstate import CANCELLED, COMPLETED, STOPPED, TERMINAL, RunState
+from cancelctl.runstate import CANCELLED, COMPLETED, STOPPED, TERMINAL, RunState, SweepStates
 from cancelctl.launch.states import sweep_states
 from cancelctl.workdir import RunFolder, SweepPaths, existing_sweep, latest_sweep
 
@@ -42,7 +43,11 @@ def sweep_status(workdir: Path, sweep: str | None = None, *, include_stale: bool
         _reconcile_if_idle(paths)
         manifest = paths.store.load()
     states = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
-    return states if include_stale else [s for s in states if not s.stale]
+    if include_stale:
+        return states
+    current = SweepStates(s for s in states if not s.stale)
+    current.unreachable = states.unreachable
+    return current
 
 
 def list_sweeps(workdir: Path) -> list[tuple[str, list[RunState] | None, str]]:
@@ -105,7 +110,11 @@ def cancel_sweep(workdir: Path, sweep: str) -> list[str]:
     with file_lock(paths.submit_lock, CANCEL_TIMEOUT_S, what=f"sweep {sweep} submission"):
         reconcile(paths, wait_local=False)
         manifest = paths.store.load()
-        active_ids = {s.run_id for s in sweep_states(paths, manifest, driver_alive=driver_alive(manifest)) if s.active}
+        first = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
+        if first.unreachable:  # which jobs still run is unknown: nothing is marked, nothing half-done
+            raise SchedulerError(f"{first.unreachable}; nothing was cancelled: run `cancelctl cancel {sweep}` "
+                                 f"again once SLURM answers")
+        active_ids = {s.run_id for s in first if s.active}
         now = time.time()
         with paths.store.update() as manifest:  # nothing queued is started after this
             manifest.cancelled_at = now
@@ -115,28 +124,35 @@ def cancel_sweep(workdir: Path, sweep: str) -> list[str]:
                     entry.cancelled_at = now
         deadline = time.monotonic() + CANCEL_TIMEOUT_S
         signalled: dict[str, float] = {}
-        while True:
-            manifest = paths.store.load()
-            states = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
-            active = [s for s in states if s.active]
-            if not active:
-                break
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"sweep {sweep}: still active after cancel: {', '.join(s.name for s in active)}")
-            by_executor: dict[str, list[RunState]] = {}
-            for state in active:
-                if state.executor is not None:
-                    by_executor.setdefault(state.executor, []).append(state)
-            for name, runs in sorted(by_executor.items()):
-                ids = get_executor(name).cancel(paths, runs, signalled)
-                cancelled.extend(ids)
-                stopped.setdefault(name, []).extend(ids)
-            time.sleep(0.5)
-        for name, ids in stopped.items():
-            try:
+        try:
+            while True:
+                manifest = paths.store.load()
+                states = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
+                if states.unreachable:
+                    raise SchedulerError(states.unreachable)
+                active = [s for s in states if s.active]
+                if not active:
+                    break
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"sweep {sweep}: still active {CANCEL_TIMEOUT_S:.0f} s after cancel: "
+                                       f"{', '.join(s.name for s in active)}")
+                by_executor: dict[str, list[RunState]] = {}
+                for state in active:
+                    if state.executor is not None:
+                        by_executor.setdefault(state.executor, []).append(state)
+                for name, runs in sorted(by_executor.items()):
+                    ids = get_executor(name).cancel(paths, runs, signalled)
+                    cancelled.extend(ids)
+                    stopped.setdefault(name, []).extend(ids)
+                time.sleep(0.5)
+            for name, ids in stopped.items():
                 get_executor(name).wait_stopped(ids, deadline)
-            except TimeoutError as exc:
-                raise TimeoutError(f"sweep {sweep}: {exc}") from None
+        except SchedulerError as exc:
+            raise SchedulerError(f"sweep {sweep}: {exc}; the sweep is marked cancelled (none of its queued runs will "
+                                 f"start), but its jobs may still run: `cancelctl cancel {sweep}` again once SLURM "
+                                 f"answers") from None
+        except TimeoutError as exc:
+            raise TimeoutError(f"sweep {sweep}: {exc}" if not str(exc).startswith("sweep ") else str(exc)) from None
     settle_tracking(states)
     return cancelled
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cancelctl.errors import SpecError
 from cancelctl.executors import DEFAULT_EXECUTOR, get_executor
-from cancelctl.executors.base import ArrayPlan, Executor
+from cancelctl.executors.base import ArrayPlan, Executor, SchedulerError
 from cancelctl.executors.driver import driver_alive
 from cancelctl.jobs.outcome import archive_error, archive_stop
 from cancelctl.launch.control import reconcile, sweep_status, wait_for_sweep
@@ -114,7 +114,13 @@ def launch_sweep(
         result.warnings.extend(_register(paths, sweep, kind))
         reconcile(paths)
         manifest = paths.store.load()
-        states = {s.run_id: s for s in sweep_states(paths, manifest, driver_alive=driver_alive(manifest))}
+        every = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
+        if every.unreachable:
+            if retry_failed:  # a run SLURM has not said ended is never submitted twice
+                raise SchedulerError(f"{every.unreachable}; --retry-failed resubmits nothing until SLURM answers "
+                                     f"(a run it has not reported ended may still be running)")
+            result.warnings.append(every.unreachable)
+        states = {s.run_id: s for s in every}
         to_submit = _classify(sweep.runs, states, retry_failed, result, retry_stopped)
         stores_down = _stores_down(sweep, paths, result)
         to_submit = _adopt_finished_in_store(paths, to_submit, states, result, stores_down)

@@ -34,26 +34,31 @@ from cancelctl.runstate import (
     TERMINAL,
     UNSUBMITTED,
     RunState,
+    SweepStates,
 )
 from cancelctl.workdir import RunFolder, SweepPaths
 
 
-def sweep_states(paths: SweepPaths, manifest: Manifest, *, driver_alive: bool) -> list[RunState]:
-    """States of every run in the manifest: one scheduler query per executor for the whole sweep."""
+def sweep_states(paths: SweepPaths, manifest: Manifest, *, driver_alive: bool) -> SweepStates:
+    """States of every run in the manifest: one scheduler query per executor for the whole sweep.
+    A scheduler that did not answer leaves its runs in their last known state and says so in
+    `SweepStates.unreachable`."""
     latest = {run_id: manifest.latest_submission(run_id) for run_id in manifest.runs}
     submitted: dict[str, dict[str, Submission]] = {}
     for pair in latest.values():
         if pair is not None and pair[0].state == SUBMITTED:
             submitted.setdefault(pair[0].executor, {})[pair[0].token] = pair[0]
     executors = {sub.executor: get_executor(sub.executor) for sub, _ in filter(None, latest.values())}
-    tasks = {name: executors[name].task_states(list(subs.values())) for name, subs in sorted(submitted.items())}
+    tasks = {name: executors[name].task_states(paths, list(subs.values())) for name, subs in sorted(submitted.items())}
     now = time.time()
-    states = [
+    states = SweepStates(
         run_state(paths, manifest, run_id, entry, latest[run_id], executors, tasks, driver_alive, now)
         for run_id, entry in manifest.runs.items()
-    ]
+    )
     for state in states:
         state.stale = not manifest.is_current(state.run_id)
+    notes = [executors[name].unreachable(view) for name, view in tasks.items()]
+    states.unreachable = "; ".join(filter(None, notes)) or None
     return states
 
 

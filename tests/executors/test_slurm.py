@@ -214,3 +214,92 @@ def test_a_task_sacct_has_not_recorded_yet_is_asked_of_squeue(monkeypatch):
 
     asked.clear()  # an array sacct shows in full costs no squeue call
     assert len(slurm_states.task_states(["271"], {"271": 5})) == 5 and asked == ["sacct"]
+
+
+# ---------------------------------------------------------------------------------- an outage is not a failure
+
+UNREACHABLE = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+
+
+def _scheduler(monkeypatch, sacct, squeue):
+    """sacct and squeue answering (stdout), failing (an exception: its message on stderr, exit 1)."""
+    from subprocess import CompletedProcess
+
+    def fake(cmd, **_):
+        said = sacct if cmd[0] == "sacct" else squeue
+        if isinstance(said, Exception):
+            return CompletedProcess(cmd, 1, "", f"{cmd[0]}: error: {said}\n")
+        return CompletedProcess(cmd, 0, said, "")
+
+    monkeypatch.setattr(slurm_states, "run_command", fake)
+
+
+def test_silence_from_both_commands_leaves_the_array_unanswered_and_its_last_states_stand(monkeypatch, tmp_path):
+    memory = slurm_states.LastKnownStates(tmp_path / "slurm_states.json")
+    _scheduler(monkeypatch, "271_0|RUNNING|0:0\n271_1|PENDING|0:0\n", "")
+    answered = memory.merge(slurm_states.task_states(["271"], {"271": 2}))
+    assert not answered.unanswered and answered.unreachable_note() is None
+    _scheduler(monkeypatch, RuntimeError("Problem talking to the database: Connection refused"), RuntimeError(UNREACHABLE))
+    silent = memory.merge(slurm_states.task_states(["271"], {"271": 2}))
+    assert silent.unanswered == {"271"}
+    assert silent[("271", 0)].state == "RUNNING" and silent[("271", 1)].state == "PENDING"  # as last said
+    note = silent.unreachable_note()
+    assert note.startswith("SLURM unreachable: sacct: ") and "Connection refused" in note and UNREACHABLE in note
+    assert "states as of 20" in note
+
+
+@pytest.mark.parametrize("sacct, squeue, unanswered", [
+    (RuntimeError("Socket timed out"), "271|1|RUNNING|None\n", {"271"}),  # task 0 may have ended: only sacct knows
+    ("\udcff\udcfe garbled\n", RuntimeError(UNREACHABLE), {"271"}),  # an unreadable answer is no answer
+    ("271_1|RUNNING|0:0\n", RuntimeError(UNREACHABLE), {"271"}),  # sacct lacks task 0, squeue silent
+    ("271_1|RUNNING|0:0\n", "271|1|RUNNING|None\n", set()),  # both answered; neither knows task 0: gone
+])
+def test_a_task_is_unknown_to_slurm_only_when_both_commands_answered(monkeypatch, sacct, squeue, unanswered):
+    _scheduler(monkeypatch, sacct, squeue)
+    assert slurm_states.task_states(["271"], {"271": 2}).unanswered == unanswered
+
+
+def test_classify_keeps_a_silent_schedulers_runs_and_fails_only_on_a_positive_answer(monkeypatch, tmp_path):
+    from cancelctl.executors.slurm import ACCOUNTING_GRACE_S, SlurmExecutor
+    from cancelctl.manifest import Manifest, RunEntry, Submission
+    from cancelctl.runstate import RunState
+
+    sub = Submission(token="t", executor="slurm", run_ids=["r"], created_at=0.0, job_id="271", submitted_at=0.0)
+    entry = RunEntry(name="r", arm="a", seed=0)
+    silent = slurm_states.TaskStates()
+    silent.unanswered.add("271")
+    state = RunState("r", "r", "a", 0, "unsubmitted", run_dir=tmp_path)
+    SlurmExecutor().classify(state, Manifest(sweep="s", executor="slurm"), entry, sub, 0, silent, now=ACCOUNTING_GRACE_S + 10)
+    assert state.state == "pending" and "unreachable" in state.reason
+    gone = RunState("r", "r", "a", 0, "unsubmitted", run_dir=tmp_path)
+    SlurmExecutor().classify(gone, Manifest(sweep="s", executor="slurm"), entry, sub, 0, slurm_states.TaskStates(), now=ACCOUNTING_GRACE_S + 10)
+    assert gone.state == "failed" and "unknown to SLURM" in gone.reason
+
+
+def test_a_submission_is_abandoned_only_when_both_commands_say_no_such_job(monkeypatch):
+    from cancelctl.executors.base import SchedulerError
+
+    _scheduler(monkeypatch, "", RuntimeError(UNREACHABLE))  # sacct has not recorded it; squeue silent
+    with pytest.raises(SchedulerError, match="cannot tell whether jobs cancelctl:s:tok were submitted"):
+        slurm_states.find_by_name(["cancelctl:s:tok"], since=0.0)
+    _scheduler(monkeypatch, "", "")
+    assert slurm_states.find_by_name(["cancelctl:s:tok"], since=0.0) == {}
+
+
+def test_scheduler_output_that_is_not_utf8_is_read_with_replacement_characters():
+    result = slurm_mod.run_command(["printf", "271_0|RUNNING|0:0 \\377\\376\\n"], timeout=5, check=False)
+    assert "\ufffd" in result.stdout and result.stdout.startswith("271_0|RUNNING")
+
+
+def test_an_unreachable_controller_at_test_only_is_a_runtime_failure_not_bad_settings(monkeypatch, tmp_path):
+    from subprocess import CompletedProcess
+
+    from cancelctl.executors.base import SchedulerError
+
+    monkeypatch.setattr(slurm_mod, "run_command", lambda cmd, **_: CompletedProcess(
+        cmd, 1, "", "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)\n"))
+    with pytest.raises(SchedulerError, match="SLURM unreachable: sbatch --test-only"):
+        slurm_mod.sbatch_test_only(tmp_path / "x.sh")
+    monkeypatch.setattr(slurm_mod, "run_command", lambda cmd, **_: CompletedProcess(
+        cmd, 1, "", "sbatch: error: invalid partition specified: nope\n"))
+    assert "invalid partition" in slurm_mod.sbatch_test_only(tmp_path / "x.sh")  # a refusal stays a refusal (exit 2)

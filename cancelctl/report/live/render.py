@@ -119,7 +119,8 @@ def totals_line(view: SweepView, title: str) -> str:
     done_steps, total_steps = view.steps_progress
     if total_steps:  # progress inside the runs, not only whole runs
         parts.append(f"steps {done_steps}/{total_steps} ({100 * done_steps // total_steps}%)")
-    return (f"{title}: " if title else "") + ", ".join(parts)
+    note = f" — {view.unreachable}" if view.unreachable else ""
+    return (f"{title}: " if title else "") + ", ".join(parts) + note
 
 
 def sparkline(values: Iterable[float]) -> str:

@@ -159,6 +159,7 @@ class RunView:
 class SweepView:
     runs: list[RunView]
     new_alerts: list[tuple[str, Alert]] = field(default_factory=list)
+    unreachable: str | None = None  # the scheduler did not answer: the states are the last it gave
 
     @property
     def counts(self) -> Counter:
@@ -200,7 +201,8 @@ class Watcher:
 
     def poll(self) -> SweepView:
         views, new_alerts = [], []
-        for status in self.states():
+        statuses = self.states()
+        for status in statuses:
             tail = None
             if status.run_dir is not None:
                 tail = self.tails.get(status.run_id)
@@ -208,7 +210,7 @@ class Watcher:
                     tail = self.tails[status.run_id] = RunTail(Path(status.run_dir))
                 new_alerts.extend((status.name, a) for a in tail.refresh())
             views.append(_view(status, tail))
-        return SweepView(views, new_alerts)
+        return SweepView(views, new_alerts, getattr(statuses, "unreachable", None))
 
 
 def _view(status: RunStatus, tail: RunTail | None) -> RunView:

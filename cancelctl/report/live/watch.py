@@ -52,9 +52,14 @@ def watch(
             if view.active:
                 console.print(totals_line(view, title), markup=False, highlight=False, soft_wrap=True)
             previous = {run.run_id: run.state for run in view.runs}
+            said = [view.unreachable]
 
             def show(v: SweepView) -> None:
-                for line in event_lines(previous, v):
+                lines = event_lines(previous, v)
+                if v.unreachable != said[0]:  # an outage said once when it starts, and when it ends
+                    lines.append(v.unreachable or "SLURM answers again")
+                    said[0] = v.unreachable
+                for line in lines:
                     console.print(line, markup=False, highlight=False, soft_wrap=True)
                 previous.update({run.run_id: run.state for run in v.runs})
 
