@@ -1,6 +1,9 @@
-"""User-facing input errors: each names file:line:col, the dotted field path and what was expected.
+"""The project's errors, as the CLI's one handler (`cancelctl.cli.common.report_failure`) shows them:
 
-The CLI prints them on one screen and exits 2; nothing is submitted when one is raised.
+    SpecError          bad input: file:line:col, the dotted field path and what was expected; exit 2,
+                       nothing submitted
+    CancelctlError     a runtime failure (the scheduler, the work dir, the tracking store, a missing
+                       extra): its message says what failed and what to do; exit 1
 """
 
 from __future__ import annotations
@@ -66,7 +69,13 @@ class SweepNotFound(ArgumentError, FileNotFoundError):
         super().__init__(message, title="unknown sweep")
 
 
-class WorkdirStateError(Exception):
+class CancelctlError(Exception):
+    """A runtime failure the CLI shows as one line naming what failed and what to do. Exit code 1."""
+
+    exit_code = 1
+
+
+class WorkdirStateError(CancelctlError):
     """A file of the work dir is unreadable (truncated, empty, deleted) or cannot be written (disk
     full, read-only): the message names the path, the cause and how to recover. Exit code 1."""
 

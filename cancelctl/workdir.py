@@ -66,7 +66,8 @@ class RunFolder:
     """One run's folder and the files in it.
 
     run.json (launch), metrics.jsonl + sync_state.json + .tracking.lock (tracking), checkpoint.pt
-    (backend), result.json / error.txt / error.prev.txt / job.json / attempts.jsonl / .attempt.lock (jobs),
+    (backend), result.json / error.txt / error.prev.txt / job.json / attempts.jsonl / .attempt.lock /
+    fence.json + .fence.lock (jobs: the attempt number that may write, `cancelctl.fencing`),
     alerts.jsonl / stopped.json (the in-job monitor), stopped.prev.json (jobs: an earlier attempt's stop)."""
 
     path: Path
@@ -90,6 +91,14 @@ class RunFolder:
     @property
     def attempt_lock(self) -> Path:
         return self.path / ATTEMPT_LOCK
+
+    @property
+    def fence(self) -> Path:
+        return self.path / "fence.json"
+
+    @property
+    def fence_lock(self) -> Path:
+        return self.path / ".fence.lock"
 
     @property
     def checkpoint(self) -> Path:
@@ -374,7 +383,9 @@ _OS_ERROR_HINTS = {
 
 def os_error_message(exc: OSError) -> str:
     """One screen for an OS error met on the work dir: the cause, the path, what to do."""
-    cause = exc.strerror or type(exc).__name__
+    # an OSError raised with a message of ours (TimeoutError, LockBusy, ConnectionError) has no
+    # strerror: its message is the cause, never only its class name
+    cause = exc.strerror or str(exc) or type(exc).__name__
     where = f": {exc.filename}" if exc.filename else ""
     hint = _OS_ERROR_HINTS.get(exc.errno or -1)
     return f"{cause}{where}" + (f" — {hint}" if hint else "")

@@ -7,24 +7,24 @@ of verbs; this module makes the Typer app and registers them, in the order `canc
     data         data list, data prepare                 a sub-app: datasets in verl's parquet format
     models       model list, model prepare               a sub-app: pretrained models as HF folders
     bench        bench losses                            a sub-app
-    common       the consoles, --workdir, failure messages and exit codes
+    common       the consoles, --workdir, and the one error handler (`VerbGroup`)
 
-Exit codes: 0 ok, 1 runtime failure, 2 bad input (spec or arguments) with a one-screen message.
+Exit codes: 0 ok, 1 runtime failure, 2 bad input (spec or arguments) with a one-screen message: the
+project's errors and the OS's are turned into that screen in one place, `common.VerbGroup.invoke`,
+which every verb (sub-apps' included) runs inside.
 Heavy imports (torch, mlflow, verl) happen inside the verbs that need them, so `validate` and
 `plan` stay fast.
 """
 
 from __future__ import annotations
 
-import sys
-
 import typer
 
 from cancelctl.cli import bench, data, inspecting, models, results, running
-from cancelctl.cli.common import err_console, say
-from cancelctl.errors import SpecError, WorkdirStateError
+from cancelctl.cli.common import VerbGroup
 
 app = typer.Typer(
+    cls=VerbGroup,
     add_completion=False,
     no_args_is_help=True,
     help="Run and compare group-based RL ablations (GRPO, GSPO, DFPO, ...) on SLURM or the CPU lab.",
@@ -66,15 +66,4 @@ app.add_typer(bench.app, name="bench")
 
 
 def main() -> None:  # console script
-    try:
-        app()
-    except SpecError as exc:  # raised by library calls that parse arguments late
-        say(err_console, "error:", "bold red", exc.title)
-        err_console.print(exc.render(), highlight=False, markup=False)
-        sys.exit(2)
-    except (WorkdirStateError, OSError) as exc:  # a work dir file unreadable or unwritable, wherever it was met
-        from cancelctl.workdir import os_error_message
-
-        err_console.print(f"error: {os_error_message(exc) if isinstance(exc, OSError) else exc}", highlight=False,
-                          markup=False, soft_wrap=True)
-        sys.exit(1)
+    app()

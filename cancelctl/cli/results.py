@@ -9,8 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from cancelctl.cli.common import WorkdirOpt, console, err_console, fail, finite, say, state_counts, workdir_path
-from cancelctl.errors import SpecError, WorkdirStateError
+from cancelctl.cli.common import WorkdirOpt, console, err_console, finite, say, state_counts, workdir_path
 
 
 def list_(workdir: Optional[Path] = WorkdirOpt) -> None:
@@ -39,10 +38,7 @@ def logs(
     """One run's job stdout/stderr and error.txt: their paths and last lines."""
     from cancelctl.launch.logs import run_logs
 
-    try:
-        found = run_logs(workdir_path(workdir), run, sweep, lines)
-    except (SpecError, WorkdirStateError, OSError) as exc:
-        fail(exc)
+    found = run_logs(workdir_path(workdir), run, sweep, lines)
     s = found.state
     console.print(f"{found.sweep} / {s.name} ({s.run_id}): {s.state}" + (f" — {s.reason}" if s.reason else ""), highlight=False)
     if found.note:
@@ -66,14 +62,11 @@ def ui(
     from cancelctl.tracking.ui import is_loopback, shown, sweep_store, ui_command
     from cancelctl.tracking.uri import TrackingUnavailable, probe_store
 
-    try:
-        uri = sweep_store(workdir_path(workdir), sweep)
-        argv = ui_command(uri, host, port)
-        problem = probe_store(uri, write=False) if argv is not None else None  # mlflow ui would retry for minutes
-        if problem:
-            raise TrackingUnavailable(f"tracking store {uri} unusable: {problem}")
-    except (SpecError, WorkdirStateError, OSError, TrackingUnavailable) as exc:
-        fail(exc)
+    uri = sweep_store(workdir_path(workdir), sweep)
+    argv = ui_command(uri, host, port)
+    problem = probe_store(uri, write=False) if argv is not None else None  # mlflow ui would retry for minutes
+    if problem:
+        raise TrackingUnavailable(f"tracking store {uri} unusable: {problem}")
     if argv is None:
         console.print(f"the sweep logs to the tracking server {uri}: open it in a browser", highlight=False)
         return
@@ -115,14 +108,11 @@ def report(
     """Compute-matched tables, Student's t CIs, paired tests, Compute@Reward, Jitter2, claims' verdicts, plots."""
     from cancelctl.report.sweep_report import report_sweep
 
-    try:
-        result = report_sweep(
-            workdir_path(workdir), sweep, baseline=baseline, threshold=threshold, compute=compute, metric=metric,
-            out=out, allow_unmatched=allow_unmatched, uri=uri, console=console, claims_only=claims_only,
-            include_stopped=include_stopped, include_unfinished=include_unfinished,
-        )
-    except (SpecError, WorkdirStateError, OSError) as exc:
-        fail(exc)
+    result = report_sweep(
+        workdir_path(workdir), sweep, baseline=baseline, threshold=threshold, compute=compute, metric=metric,
+        out=out, allow_unmatched=allow_unmatched, uri=uri, console=console, claims_only=claims_only,
+        include_stopped=include_stopped, include_unfinished=include_unfinished,
+    )
     console.print(f"report written to {result.out_dir}/ (report.md, report.html, tables/, plots/)", highlight=False)
     if result.still_running:
         names = ", ".join(result.still_running[:8]) + (" ..." if len(result.still_running) > 8 else "")

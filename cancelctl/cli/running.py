@@ -14,15 +14,14 @@ from cancelctl.cli.common import (
     WorkdirOpt,
     console,
     err_console,
-    fail,
     fail_input,
     finite,
-    load_or_exit,
+    load_sweep_file,
     say,
     state_counts,
     workdir_path,
 )
-from cancelctl.errors import ArgumentError, SpecError, SweepNotFound, WorkdirStateError
+from cancelctl.errors import ArgumentError, SweepNotFound
 
 # keyed by the state words of cancelctl.runstate (lower case)
 STATE_STYLE = {"completed": "green", "failed": "bold red", "cancelled": "yellow", "running": "cyan", "pending": "dim",
@@ -68,7 +67,6 @@ def sweep(
     """Validate, expand and run every arm of a sweep; finished or running runs are never resubmitted.
     Exit 1 when a run failed, 3 when runs were cancelled (`cancelctl cancel`) and none failed."""
     from cancelctl.executors import executor_names, get_executor
-    from cancelctl.launch import SchedulerError
     from cancelctl.launch.interrupt import (
         Interrupted,
         interrupted_message,
@@ -80,7 +78,7 @@ def sweep(
         fail_input(ArgumentError(f"--executor {executor!r}: expected {', '.join(first)} or {last}"))
     if not until_decided and (max_seeds is not None or batch is not None):
         fail_input(ArgumentError("--max-seeds and --batch go with --until-decided"))
-    plan_ = load_or_exit(path, allow_unmatched)
+    plan_ = load_sweep_file(path, allow_unmatched)
     runner = get_executor(executor or plan_.runs[0].spec.executor)
     will_wait = (wait if wait is not None else runner.waits_by_default) and not dry_run
     wd = workdir_path(workdir)
@@ -98,11 +96,6 @@ def sweep(
                           + ([f"--batch {batch}"] if batch is not None else []))
         err_console.print(interrupted_message(exc, plan_.name, resume), highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code if isinstance(exc, Interrupted) else 130) from None
-    except (SpecError, WorkdirStateError, OSError) as exc:
-        fail(exc)
-    except SchedulerError as exc:
-        say(err_console, "error:", "bold red", exc)
-        raise typer.Exit(1)
     _print_launch(result, plan_)
 
 
@@ -110,10 +103,7 @@ def _with_rounds(plan_, wd: Path):
     """The sweep file plus the seeds `--until-decided` rounds added to it (they never turn stale)."""
     from cancelctl.launch.until_decided import planned_with_rounds
 
-    try:
-        return planned_with_rounds(plan_, wd)
-    except (SpecError, WorkdirStateError) as exc:
-        fail(exc)
+    return planned_with_rounds(plan_, wd)
 
 
 def _until_decided(plan_, wd: Path, will_wait: bool, max_seeds, batch, allow_unmatched: bool, launch: dict) -> None:
@@ -240,12 +230,7 @@ def watch_sweep(
     name = sweep or latest_sweep(wd)
     if name is None:
         fail_input(SweepNotFound(f"no sweep has been run in {wd} yet (run `cancelctl sweep FILE` first)"))
-    try:
-        sweep_status(wd, name)  # an unknown sweep: one clear message, before any view
-    except (SpecError, WorkdirStateError, OSError) as exc:
-        fail(exc)
-    except FileNotFoundError as exc:
-        fail_input(SweepNotFound(str(exc)))
+    sweep_status(wd, name)  # an unknown sweep: one clear message (exit 2), before any view
     result = watch(lambda: sweep_status(wd, name), title=name, console=console, refresh_s=refresh)
     raise typer.Exit(1 if any(run.state == "failed" for run in result.view.runs) else 0)
 
@@ -262,11 +247,10 @@ def status(
     name = sweep or latest_sweep(wd)
     if name is None:
         fail_input(SweepNotFound(f"no sweep has been run in {wd} yet (run `cancelctl sweep FILE` first)"))
-    try:
-        every = sweep_status(wd, name, include_stale=True)
-    except (SpecError, WorkdirStateError, OSError) as exc:
-        fail(exc)
+    every = sweep_status(wd, name, include_stale=True)
     states, stale = [s for s in every if not s.stale], [s for s in every if s.stale]
+    if every.unreachable:  # the states shown are the last SLURM gave: said once, before them
+        say(err_console, "warning:", "yellow", every.unreachable)
     if as_json:
         typer.echo(json.dumps([s.to_json() for s in every], indent=2, default=str))
         return
@@ -280,8 +264,5 @@ def cancel(sweep: str = typer.Argument(..., help="Sweep name."), workdir: Option
     """Cancel every job of a sweep; nothing is left running."""
     from cancelctl.launch import cancel_sweep
 
-    try:
-        cancelled = cancel_sweep(workdir_path(workdir), sweep)
-    except (SpecError, WorkdirStateError, OSError) as exc:
-        fail(exc)
+    cancelled = cancel_sweep(workdir_path(workdir), sweep)
     console.print(f"{sweep}: cancelled {len(cancelled)} jobs" + (f" ({', '.join(cancelled)})" if cancelled else ""))

@@ -6,8 +6,10 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from cancelctl.errors import CancelctlError
 
-class MissingExtra(ImportError):
+
+class MissingExtra(CancelctlError, ImportError):
     """A library of the `data` extra is not installed."""
 
 

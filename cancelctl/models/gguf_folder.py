@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from cancelctl.errors import CancelctlError
 from cancelctl.models.catalog import DEFAULT_OUT_DIR, ModelEntry, entry
 from cancelctl.models.wheel import find_gguf
 
@@ -35,7 +36,7 @@ _SPECIAL_TOKENS = {
 }
 
 
-class MissingModelExtra(ImportError):
+class MissingModelExtra(CancelctlError, ImportError):
     """A library of the `model` extra is not installed."""
 
 
@@ -47,7 +48,7 @@ def _require_extra() -> None:
         raise MissingModelExtra(f"model prepare needs {', '.join(missing)}: pip install 'cancelctl[model]'")
 
 
-class PreparedModelError(RuntimeError):
+class PreparedModelError(CancelctlError, RuntimeError):
     """The folder failed its check (nothing is left at the final path)."""
 
 

@@ -15,10 +15,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+from cancelctl.errors import CancelctlError
 from cancelctl.models.catalog import ModelEntry
 
 
-class WheelNotFound(RuntimeError):
+class WheelNotFound(CancelctlError, RuntimeError):
     """The GGUF could not be found or fetched (the message says how to provide it)."""
 
 

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from cancelctl.errors import CancelctlError
+
 DEFAULT_DB_NAME = "mlflow.db"
 PROBE_TIMEOUT_S = 2.0
 
@@ -21,7 +23,7 @@ FAST_FAIL_HTTP_ENV = {
 }
 
 
-class TrackingUnavailable(RuntimeError):
+class TrackingUnavailable(CancelctlError, RuntimeError):
     """The tracking store cannot be reached right now (the run goes on; `cancelctl sync` later)."""
 
 
