@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cancelctl import fencing
 from cancelctl.fileio import atomic_write_json
 from cancelctl.spec.monitor import (
     EntropyCollapseRule,
@@ -317,6 +318,8 @@ class RunMonitor:
         """Evaluate the rules on this step; returns the alert that stops the run, if any."""
         alerts = self.monitor.observe(step, metrics)
         new = [a for a in alerts if (a.rule, a.step) not in self.written]
+        if new or (any(a.action == "stop" for a in alerts) and self.stopped is None):
+            fencing.check(self.run_dir)  # alerts and a stop are the run's outcome: the newest attempt's
         if new:
             with open(self.run_dir / ALERTS_JSONL, "a", encoding="utf-8") as fh:
                 for alert in new:

@@ -25,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from cancelctl import fencing
 from cancelctl.fileio import atomic_write_json
 from cancelctl.workdir import RunFolder
 
@@ -71,6 +72,7 @@ def start_attempt(run_dir: Path, token: str) -> None:
 
 
 def end_attempt(run_dir: Path, token: str, outcome: str) -> None:
+    fencing.check(run_dir)
     _append_jsonl(RunFolder(run_dir).attempts, {"event": "end", "token": token, "outcome": outcome, "ts": time.time()})
 
 
@@ -97,6 +99,7 @@ def reserve_error_space(run_dir: Path) -> None:
 
 
 def write_error(run_dir: Path, kind: str) -> None:
+    fencing.check(run_dir)
     exc = sys.exc_info()[1]
     when = datetime.datetime.now().isoformat(timespec="seconds")
     text = f"{kind} {when} job {current_job_id() or 'in-process'}: {describe_exception(exc)}\n"
@@ -120,6 +123,7 @@ def write_error(run_dir: Path, kind: str) -> None:
 def write_result(run_dir: Path, metrics: dict[str, float], *, token: str, finished_at: float | None = None,
                  **extra: Any) -> None:
     """result.json: the run's final metrics; its presence means "completed" to `cancelctl status`."""
+    fencing.check(run_dir)
     payload = {"metrics": metrics, "finished_at": time.time() if finished_at is None else finished_at, "token": token}
     atomic_write_json(RunFolder(run_dir).result, {**payload, **extra})
 

@@ -28,8 +28,10 @@ from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
+from cancelctl import fencing
 from cancelctl.fileio import file_lock_if_free
 from cancelctl.jobs.outcome import (
+    current_job_id,
     ERROR_RESERVE,
     archive_error,
     archive_stop,
@@ -88,15 +90,24 @@ def run_device(run_dir: Path) -> str:
 def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None, allocation: Any = None) -> dict[str, float]:
     """`allocation` (a multi-node job's rank 0, `raycluster.Allocation`): the run's workload runs
     inside a Ray cluster over all its nodes (`raycluster.run_cluster`)."""
+    record = json.loads(RunFolder(run_dir).run_json.read_text(encoding="utf-8"))
+    _refuse_stale(run_dir, record["run"]["run_id"], token)  # before the fence: a stale job claims nothing
+    # The fence first: an earlier attempt still alive (a requeue that raced a resubmit, a job the
+    # scheduler lost track of) stops at its next write, without writing (`cancelctl.fencing`).
+    fence = fencing.claim(run_dir, current_job_id())
     # The attempt lock, held while this process may still write the run's outcome: settle_tracking
     # leaves the run alone while it is held (a scancelled run closing itself KILLED at its next
     # step) and settles it once released, which a SIGKILL does too. A holder that lingers (an
     # earlier attempt still closing) delays a requeued attempt, never stops it.
     lock = RunFolder(run_dir).attempt_lock
-    with file_lock_if_free(lock, ATTEMPT_LOCK_WAIT_S, what="run attempt") as held:
+    with file_lock_if_free(lock, ATTEMPT_LOCK_WAIT_S, what="run attempt") as held, fencing.hold(fence):
         if not held:
             log.warning("%s held by another process for over %.0f s; starting anyway", lock, ATTEMPT_LOCK_WAIT_S)
-        return _run_attempt(run_dir, token=token, threads=threads, allocation=allocation)
+        try:
+            return _run_attempt(run_dir, token=token, threads=threads, allocation=allocation)
+        except fencing.StaleAttempt as exc:
+            log.error("%s", exc)  # the job's log says why it ended; the run folder is the newer attempt's
+            raise
 
 
 def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: Any) -> dict[str, float]:
@@ -109,7 +120,6 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
     run = RunSpec.from_json(record["run"])
     folder = RunFolder(run_dir)  # paths pinned at launch follow a moved or copied work dir
     cache_dir = folder.relocated(record["cache_dir"], record.get("workdir"))
-    _refuse_stale(run_dir, run.run_id, token)
     start_attempt(run_dir, token)
     RunFolder(run_dir).result.unlink(missing_ok=True)
     archive_error(run_dir)  # how an earlier attempt ended (e.g. SIGTERM before a requeue) is history now
@@ -129,6 +139,8 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
         # USR2/SIGTERM wait for the backend's step boundary; a closed terminal interrupts like Ctrl-C
         with cluster, preemption.deferred_signals(), _hangup_interrupts():
             result = train(run, run_dir, logger, cache_dir)
+    except fencing.StaleAttempt:  # a newer attempt owns the run folder: nothing more is written
+        raise
     except KeyboardInterrupt:  # local cancel / Ctrl-C: resumable, not a failure of the run
         write_error(run_dir, "INTERRUPTED")
         logger.close("KILLED")

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from cancelctl import fencing
 from cancelctl.tracking.runfiles import (
     METRICS_JSONL,
     TERMINAL_STATUSES,
@@ -101,6 +102,7 @@ class RunLogger:
         """Record `metrics` at `step`: to metrics.jsonl now, to MLflow at the next flush."""
         if self._closed:
             raise RuntimeError(f"RunLogger for {self.run_dir} is closed")
+        fencing.check(self.run_dir)  # a stale attempt (a newer one started) stops here, writing nothing
         values = {}
         for key, value in metrics.items():
             check_metric_key(key)
@@ -131,6 +133,7 @@ class RunLogger:
         if not (self._buffer or self._backlog or self._pending_status) or self._paused():
             self._last_flush = time.monotonic()
             return
+        fencing.check(self.run_dir)
         buffer, start, end = self._buffer, self._buffer_start, self._end
 
         def upload(client, progress: StoreProgress, state: SyncState) -> None:
@@ -189,6 +192,7 @@ class RunLogger:
         cheap retry (HTTP stores are probed first); what still fails is left to `cancelctl sync`."""
         if self._closed:
             return
+        fencing.check(self.run_dir)  # the newer attempt owns the MLflow run's status now
         status = _checked_status(status)
         self._retry_at = 0.0
         # the status first: a run closing on SIGTERM may be SIGKILLed mid-upload at the scheduler's

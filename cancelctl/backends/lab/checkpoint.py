@@ -13,10 +13,12 @@ from typing import Any
 
 import torch
 
+from cancelctl import fencing
 from cancelctl.workdir import CHECKPOINT, RunFolder  # noqa: F401 - CHECKPOINT: the file name, for callers
 
 
 def save(run_dir: Path, state: dict[str, Any]) -> Path:
+    fencing.check(run_dir)  # a stale attempt never overwrites the newer attempt's checkpoint
     target = RunFolder(Path(run_dir)).checkpoint
     fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{target.name}.")
     os.close(fd)

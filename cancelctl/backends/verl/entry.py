@@ -171,11 +171,14 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
             preemption.at_step_boundary(lambda: None)
             time.sleep(POLL_SECONDS)
     finally:
-        # forward what verl wrote before stopping it: a requeue may SIGKILL this job seconds later
-        forwarder.pump()
-        if proc.poll() is None:
-            _stop(proc)
-        stderr.join()
+        # forward what verl wrote before stopping it: a requeue may SIGKILL this job seconds later;
+        # verl is stopped even when forwarding cannot go on (a stale attempt, fencing.StaleAttempt)
+        try:
+            forwarder.pump()
+        finally:
+            if proc.poll() is None:
+                _stop(proc)
+            stderr.join()
         forwarder.pump()
     if mon.stopped is not None or budget.reached_at is not None:
         return forwarder.last
