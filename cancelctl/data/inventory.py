@@ -31,6 +31,10 @@ DEFAULT_OUT_DIR = Path("data")
 # A generated set's test split is this fraction of its train size (at least one row).
 GYM_TEST_FRACTION = 10
 GYM_DEFAULT_TRAIN_ROWS = 1000
+# chain_sum_small's test split: each held-out question its test draws find, once — 38 of the 43
+# questions its hash holds out (of 200), at the default --size and any nearby --seed (a tenth of
+# the train size, 100, is more questions than there are)
+CHAIN_SUM_SMALL_TEST_ROWS = 38
 
 
 class UnknownDataset(KeyError):
@@ -218,13 +222,13 @@ _ENTRIES = (
         data_source=GYM_DATA_SOURCE_PREFIX + "chain_sum_small",
         verifier=GYM_SCORE_NUMBER,
         splits=_frozen({"train": "train", "test": "test"}),
-        rows=_frozen({"train": GYM_DEFAULT_TRAIN_ROWS, "test": GYM_DEFAULT_TRAIN_ROWS // GYM_TEST_FRACTION}),
+        rows=_frozen({"train": GYM_DEFAULT_TRAIN_ROWS, "test": CHAIN_SUM_SMALL_TEST_ROWS}),
         task="chain_sum",
         gym_config=_frozen({"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}),
-        held_out_questions=0.2,  # of 200 distinct questions: ~40 never trained on
+        held_out_questions=0.2,  # of 200 distinct questions: 43 never trained on
         reference="reasoning-gym 0.1.25 chain_sum; SmolLM2-135M-Instruct answers 42% greedy, 18% sampled "
         "(T=1), 54% of groups of 4 mixed (48 items, measured with `model prepare smollm2-135m`)",
-        note="200 distinct questions, a fifth held out by hash (test: each once); asks for just the number (a 135M model rarely keeps <answer> tags): the response's last "
+        note="200 distinct questions, a fifth held out by hash (43; test: the 38 its draws find, each once); asks for just the number (a 135M model rarely keeps <answer> tags): the response's last "
         "number is scored by chain_sum's own score_answer",
     ),
     _gym("basic_arithmetic", "reasoning-gym basic_arithmetic"),

@@ -19,6 +19,14 @@ def test_list_names_every_dataset_with_its_source_and_verifier():
         assert item.name in result.output and item.verifier in result.output
 
 
+def test_list_says_the_rows_prepare_writes_for_the_small_models_set():
+    """chain_sum_small's test split is its held-out questions, once each: 38, not a tenth of train
+    (100); tests/data/test_data_gym.py checks that prepare writes what the catalog says."""
+    result = runner.invoke(app, ["data", "list"], terminal_width=300)
+    row = next(line for line in result.output.splitlines() if "chain_sum_small" in line)
+    assert "train 1,000 + test 38" in row, row
+
+
 def test_an_unknown_name_is_bad_input_naming_the_known_ones(tmp_path):
     result = runner.invoke(app, ["data", "prepare", "nope", "--out", str(tmp_path)])
     assert result.exit_code == 2

@@ -80,6 +80,7 @@ def test_the_small_model_set_splits_its_200_questions_and_asks_for_a_number(tmp_
     test_questions = [row["extra_info"]["question"] for row in test]
     assert len(train) == 1000 and 140 <= len(train_questions) <= 170  # repeats: RL prompts come round again
     assert 25 <= len(test) == len(set(test_questions)) and not train_questions & set(test_questions)
+    assert prepared.rows == entry("chain_sum_small").rows  # what `data list` says
     assert all(held_out(q, 0.2) for q in test_questions) and not any(held_out(q, 0.2) for q in train_questions)
     for row in train[:50] + test:
         item = json.loads(row["extra_info"]["entry"])
