@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cancelctl.errors import SpecError, SpecIssue, UnmatchedArmsError
+from cancelctl.names import MAX_NAME_LENGTH
 from cancelctl.spec.experiment import MATCHED_ON, ExperimentSpec
 from cancelctl.spec.issues import check_arm_axis_overlaps, check_axis_paths, check_claim_axes, run_issues, sweep_issues
 from cancelctl.spec.run import RunSpec, group_label, make_run
@@ -104,6 +105,17 @@ def expand(data: Any, positions: dict, file: str, *, allow_unmatched: bool = Fal
             group = group_label(axes)
             for seed in sweep_spec.seeds:
                 run = make_run(sweep_spec.name, arm, axes, seed, spec, group)
+                if len(run.name) > MAX_NAME_LENGTH:
+                    issue = SpecIssue(
+                        positions.get(("arms", arm), top),
+                        f"arms.{arm}",
+                        f"run name {run.name[:40]!r}... (arm, axis values, seed) is {len(run.name)} characters long; "
+                        f"at most {MAX_NAME_LENGTH}: shorten the arm's name or the axis values",
+                    )
+                    if (str(issue.location), issue.path) not in seen:
+                        seen.add((str(issue.location), issue.path))
+                        issues.append(issue)
+                    continue
                 other = by_hash.get(run.run_id)
                 if other is not None:
                     issues.append(
