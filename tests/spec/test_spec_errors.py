@@ -343,9 +343,10 @@ def test_a_run_name_over_200_characters_is_refused_at_its_arms_line(write_yaml):
     from cancelctl.workdir import check_name
 
     arm = "a" * 193  # -G=4-s0: 200 characters; -G=16-s0: 201
-    issues = issues_of(write_yaml(f"name: t\narms:\n  ok: {{}}\n  {arm}: {{}}\ngrid:\n  rollout.G: [4, 16]\n"))
+    issues = issues_of(write_yaml(f"name: t\narms:\n  ok: {{}}\n  {arm}: {{rollout: {{temperature: 0.9}}}}\n"
+                                  "grid:\n  rollout.G: [4, 16]\n"))
     [issue] = issues  # once for the arm, not once per run
-    assert issue.path == f"arms.{arm}" and (issue.location.line, issue.location.column) == (4, 3)
+    assert issue.path == f"arms.{arm}" and (issue.location.line, issue.location.col) == (4, 3)
     assert "is 201 characters long; at most 200" in issue.message and "shorten" in issue.message
     [run] = load_sweep(write_yaml(f"name: t\narms:\n  {'a' * 197}: {{}}\n")).runs
     assert len(run.name) == 200 and check_name(run.name, "run name") == run.name
