@@ -32,7 +32,7 @@ from cancelctl.report.render_terminal import print_report
 from cancelctl.report.screening import ShortRunsError, rejected_table, screen_points
 from cancelctl.report.sequential_claims import sequential_claims_table, sequential_verdicts
 from cancelctl.report.tables import build_tables
-from cancelctl.report.thresholds import default_kappa
+from cancelctl.report.thresholds import check_threshold, default_kappa
 from cancelctl.stats import compute_match, verdicts
 from cancelctl.stats.frames import COMPUTE_KEYS
 
@@ -110,6 +110,7 @@ def build_report(
     if threshold is None:
         kappa, kappa_note = default_kappa(prepared, metric)
     else:
+        check_threshold(float(threshold), prepared, metric)
         kappa, kappa_note = float(threshold), f"κ = {threshold:.4g} (given)"
     tables = build_tables(
         prepared, violations, metric=metric, compute=compute, kappa=kappa, smooth_window=smooth_window,

@@ -9,6 +9,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from cancelctl.errors import ArgumentError
 from cancelctl.report.formatting import fmt_number, fmt_ratio
 from cancelctl.report.model import PreparedSweep, ReportTable
 from cancelctl.stats import crossing, frames
@@ -42,6 +43,25 @@ def default_kappa(sweep: PreparedSweep, metric: str) -> tuple[float | None, str]
         f"seed-mean {metric}, lowest over groups; set it with --threshold)"
     )
     return kappa, note
+
+
+def check_threshold(kappa: float, sweep: PreparedSweep, metric: str) -> None:
+    """A κ given (--threshold) that lies outside every value of `metric` in the sweep is a mistake
+    (exit 2), not a table: below them every run "reaches" it at its first point, above them none ever
+    does. Rewards may be negative (a -1/+1 reward): a negative κ inside the range is fine."""
+    if not sweep.has(metric):
+        return
+    values = sweep.by_key[metric]["value"].to_numpy(dtype=float)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return
+    low, high = float(values.min()), float(values.max())
+    if low <= kappa <= high:
+        return
+    where = "below" if kappa < low else "above"
+    means = "every run reaches it at its first point" if kappa < low else "no run ever reaches it"
+    raise ArgumentError(f"--threshold {kappa:g} is {where} every value of {metric} in this sweep "
+                        f"({low:.4g} … {high:.4g}): {means}; give a κ in that range, or none for the default")
 
 
 def compute_at_reward_tables(

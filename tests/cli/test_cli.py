@@ -360,6 +360,15 @@ def test_a_metric_typo_lists_the_known_metrics_exit_2(ran_sweep, tmp_path, monke
     assert "known metrics" in result.output and "actor/entropy" in result.output
 
 
+@pytest.mark.parametrize("kappa, where", [("-5", "below"), ("50", "above")])
+def test_a_threshold_outside_the_metrics_values_is_bad_input_exit_2(ran_sweep, tmp_path, monkeypatch, kappa, where):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["report", "rt", "-w", str(ran_sweep[0]), "--threshold", kappa])
+    assert result.exit_code == 2, result.output
+    assert f"--threshold {kappa} is {where} every value of critic/score/mean in this sweep" in result.output
+    assert not (tmp_path / "results").exists()  # nothing written
+
+
 def test_report_on_a_running_sweep_warns_and_exits_1_unless_unfinished_runs_are_included(ran_sweep, tmp_path, monkeypatch):
     from cancelctl.tracking import SyncState, default_tracking_uri
     from cancelctl.tracking.runs import client_for

@@ -179,3 +179,15 @@ def test_tables_call_the_equation_functions(module, equation, table, column, tmp
     built = report_for(tmp_path, runs, metrics, threshold=0.5, plots=False, n_boot=200)
     values = built.table(table).data[column]
     assert len(calls) >= len(runs) and len(values) and (values == 123).all()
+
+
+@pytest.mark.parametrize("kappa", [-5.0, 5.0])
+def test_a_threshold_no_curve_can_cross_is_refused_exit_2(tmp_path, kappa):
+    """κ below every reward (each run 'reaches' it at its first point) or above every reward (none
+    ever does) makes the threshold tables say nothing true: --threshold refuses it."""
+    from cancelctl.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as caught:
+        report_for(tmp_path, threshold=kappa, plots=False)
+    assert caught.value.exit_code == 2 and "every value of critic/score/mean in this sweep" in str(caught.value)
+    assert not (tmp_path / "synthetic").exists()
