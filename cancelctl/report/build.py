@@ -58,8 +58,6 @@ def build_report(
     smooth_window: int = 1,
     token_tol: float = 0.10,
     include_unfinished: bool = False,
-    n_boot: int = 10_000,
-    seed: int = 0,
     plots: bool = True,
     claims: Sequence[ClaimSpec] = (),
     claims_only: bool = False,
@@ -97,7 +95,7 @@ def build_report(
     screened = screen_points(runs, metrics, include_short=include_unfinished, stops=stops)
     table_runs, stopped_notes = leave_out_stopped(screened.runs, alerts.stopped if alerts is not None else {}, include_stopped)
     try:
-        prepared, prepare_notes = prepare_sweep(table_runs, screened.metrics, baseline, include_unfinished, n_boot, seed)
+        prepared, prepare_notes = prepare_sweep(table_runs, screened.metrics, baseline, include_unfinished)
     except SpecError as exc:
         if not screened.short:
             raise
@@ -129,14 +127,13 @@ def build_report(
     if claims:
         judged_on = prepared
         if len(table_runs) < len(screened.runs):  # the claims see every run, stopped ones included
-            judged_on, _ = prepare_sweep(screened.runs, screened.metrics, baseline, include_unfinished, n_boot, seed)
+            judged_on, _ = prepare_sweep(screened.runs, screened.metrics, baseline, include_unfinished)
         if seed_rounds is not None:  # run until decided: every claim at every look, by the e-process
             judged = sequential_verdicts(judged_on, claims, seed_rounds, threshold=threshold, metric=metric,
-                                         allow_unmatched=allow_unmatched, token_tol=token_tol, n_boot=n_boot,
-                                         seed=seed, alerts=alerts)
+                                         allow_unmatched=allow_unmatched, token_tol=token_tol, alerts=alerts)
             tables.insert(0, sequential_claims_table(judged, seed_rounds))
         else:
-            tables.insert(0, claims_table(judged_on, claims, kappa, allow_unmatched, token_tol, n_boot, seed, alerts))
+            tables.insert(0, claims_table(judged_on, claims, kappa, allow_unmatched, token_tol, alerts))
         if claims_only:
             for table in tables[1:]:
                 table.shown = False
@@ -171,13 +168,13 @@ def check_metric(metric: str, metrics: pd.DataFrame) -> None:
     )
 
 
-def claims_table(prepared, claims, kappa, allow_unmatched, token_tol, n_boot, seed, alerts=None) -> ReportTable:
+def claims_table(prepared, claims, kappa, allow_unmatched, token_tol, alerts=None) -> ReportTable:
     """The sweep file's claims judged on this sweep, every run included (a run a monitor rule
     stopped too): supported / contradicted / inconclusive (or why not judged), effect with 95% CI,
-    one-sided p and Holm-adjusted p, seeds needed; a note per claim that used or left out stopped runs."""
+    claim p and Holm-adjusted p, seeds needed; a note per claim that used or left out stopped runs."""
     judged = verdicts.judge_claims(
         claims, prepared.runs, prepared.by_key, kappa=kappa, groups=prepared.groups,
-        allow_unmatched=allow_unmatched, token_tol=token_tol, n_boot=n_boot, seed=seed,
+        allow_unmatched=allow_unmatched, token_tol=token_tol,
         alerts=alerts.alerts if alerts is not None else None, stops=alerts.stops if alerts is not None else None,
     )
     return ReportTable(

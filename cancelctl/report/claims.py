@@ -24,13 +24,24 @@ def verdict_text(v: Verdict) -> str:
 def _status_text(v: Verdict) -> str:
     if v.status != "inconclusive":
         return v.status
-    if v.seeds_needed is None and v.kind in OUTCOME_KINDS:
-        return "inconclusive, leans against" if v.distance < 0 else "inconclusive"
-    if v.seeds_needed is None:
-        return "inconclusive (no usable effect to power)"
+    text = "inconclusive" + _why_undecided(v)
     if v.distance < 0:  # the observed effect points against the claim: more seeds would contradict it
-        return f"inconclusive, leans against; ~{v.seeds_needed} seeds needed"
-    return f"inconclusive, ~{v.seeds_needed} seeds needed"
+        text += ", leans against"
+    if v.seeds_needed is None:
+        return text if v.kind in OUTCOME_KINDS else f"{text} (no usable effect to power)"
+    return f"{text}; ~{v.seeds_needed} seeds needed" if text != "inconclusive" else f"{text}, ~{v.seeds_needed} seeds needed"
+
+
+def _why_undecided(v: Verdict) -> str:
+    """Why a row whose own test decides is inconclusive: its p is below α but not after Holm across
+    the report's claims (its 95% CI then lies on one side: its own test's, not the family's), or its
+    test rejects after Holm but its 95% interval reaches the boundary (an outcome claim; the note says)."""
+    pairs = ((v.p, v.p_holm), (v.p_against, v.p_against_holm))
+    if any(math.isfinite(holm) and holm < v.alpha for _, holm in pairs):
+        return " (test and 95% CI disagree)"
+    if any(math.isfinite(p) and p < v.alpha for p, _ in pairs):
+        return " after Holm"
+    return ""
 
 
 def predicted_text(v: Verdict) -> str:
@@ -66,7 +77,7 @@ def claim_columns(v: Verdict) -> dict[str, str]:
 
 def verdict_rows(verdicts: Sequence[Verdict]) -> list[dict[str, str]]:
     """One display row per verdict (terminal / Markdown / HTML): the claim, where, what was
-    predicted, the verdict, the effect arm − versus with its 95% CI, the one-sided p of the claim's
+    predicted, the verdict, the effect arm − versus with its 95% CI, the claim p of the claim's
     test and its Holm-adjusted value (the contradicting test's for a contradicted claim), n seeds."""
     rows = []
     for v in verdicts:
@@ -100,9 +111,12 @@ def claims_notes(verdicts: Sequence[Verdict]) -> list[str]:
     """The table's notes: how to read it, which test each kind of claim used, then one line per claim
     (and group) saying what it did with runs a monitor rule stopped or another rule cut short."""
     notes = [(
-        "effect = arm − versus, 95% CI (paired claims: Student's t over shared seeds; outcome claims: over runs); "
-        "p one-sided in the predicted direction, Holm-adjusted across every claim of this report; "
-        "'inconclusive, ~N seeds needed' = seeds (runs an arm) for 80% power at the observed effect."
+        "effect = arm − versus, 95% CI (paired claims: Student's t over shared seeds, mean ± t(0.975, n−1)·sd/√n; "
+        "outcome claims: over runs, as named below); p = twice the one-sided p in the predicted direction (paired "
+        "claims: the paired t-test against 0 or the margin, the interval's own test: p < 0.05 exactly when the 95% CI "
+        "lies wholly on that side), Holm-adjusted across every claim of this report; a verdict never disagrees with "
+        "its 95% CI ('inconclusive after Holm': its own p < 0.05, the family's not); 'inconclusive, ~N seeds "
+        "needed' = seeds (runs an arm) for 80% power at the observed effect."
     )]
     kinds = {v.kind for v in verdicts}
     if "collapse_rate" in kinds:
@@ -192,13 +206,15 @@ def sequential_notes(rows: Sequence[SequentialVerdict], looks: int, seeds_per_lo
         f"Grünwald 2024, Ann. Statist.) and decided at the first look where E reaches m/α = {m}/{alpha:g} "
         f"(Bonferroni over the {m} rows): anytime-valid, however many looks were taken.",
         "decided = the look that decided the row; looks = the looks at which its seeds grew, up to it; seeds = shared "
-        "seeds there; effect and its 95% bootstrap CI at that look (the last look when undecided; the interval is not "
-        "anytime-valid); p = 1/E (anytime-valid, E's running maximum), p (Bonferroni) = m/E.",
+        "seeds there; effect and its 95% CI at that look (paired claims: Student's t over shared seeds, mean ± "
+        "t(0.975, n−1)·sd/√n; the last look when undecided; the interval is not anytime-valid, but an e-value that "
+        "decides lies beyond its t: a decided row's interval agrees with it); p = 1/E (anytime-valid, E's running "
+        "maximum), p (Bonferroni) = m/E.",
     ]
     if any(not row.sequential and row.verdict.judged for row in rows):
         notes.append("outcome claims (collapse rate, time to collapse, alert order) are unpaired: judged once, at the "
-                     "last look, by their own test at α/m (p its one-sided p, p (Bonferroni) m·p); that look's seeds were chosen by the "
-                     "paired claims.")
+                     "last look, by their own test at α/m (p twice its one-sided p, p (Bonferroni) m·p; held to its 95% "
+                     "CI); that look's seeds were chosen by the paired claims.")
     for row in rows:
         if row.verdict.notes:
             where = f" ({row.verdict.group})" if row.verdict.group else ""

@@ -21,8 +21,10 @@ def fmt_number(value: float | None, digits: int = 4) -> str:
 
 
 def fmt_interval(mean: float, lo: float, hi: float, n: int) -> str:
-    text = f"{fmt_number(mean, 3)} [{fmt_number(lo, 3)}, {fmt_number(hi, 3)}]"
-    return text + " (1 seed)" if n == 1 else text
+    """'0.663 [0.653, 0.672]'; one seed has no interval (t with 0 degrees of freedom): '0.0625 [n/a: 1 seed]'."""
+    if n == 1:
+        return f"{fmt_number(mean, 3)} [n/a: 1 seed]"
+    return f"{fmt_number(mean, 3)} [{fmt_number(lo, 3)}, {fmt_number(hi, 3)}]"
 
 
 def fmt_p(p: float, n_paired: int) -> str:

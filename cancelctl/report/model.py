@@ -99,8 +99,6 @@ class PreparedSweep:
     baseline: str
     groups: list[str]
     arms: list[str]
-    n_boot: int
-    seed: int
 
     def has(self, key: str) -> bool:
         return key in self.by_key
@@ -157,7 +155,7 @@ def _group_order(runs: pd.DataFrame) -> list[str]:
 
 
 def prepare_sweep(
-    runs: pd.DataFrame, metrics: pd.DataFrame, baseline: str, include_unfinished: bool, n_boot: int, seed: int
+    runs: pd.DataFrame, metrics: pd.DataFrame, baseline: str, include_unfinished: bool
 ) -> tuple[PreparedSweep, list[str]]:
     """Select the runs to report (FINISHED unless `include_unfinished`), split the metrics once;
     returns the prepared sweep and the notes saying what was left out. Bad input: SpecError."""
@@ -197,7 +195,5 @@ def prepare_sweep(
         baseline=baseline,
         groups=_group_order(selected),
         arms=[baseline] + [a for a in arms_present if a != baseline],
-        n_boot=n_boot,
-        seed=seed,
     )
     return sweep, notes

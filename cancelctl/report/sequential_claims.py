@@ -42,8 +42,7 @@ def claims_kappa(prepared: PreparedSweep, rounds: SeedRounds, threshold: float |
 
 def sequential_verdicts(
     prepared: PreparedSweep, claims: Sequence[ClaimSpec], rounds: SeedRounds, *, threshold: float | None = None,
-    metric: str = REWARD_KEY, allow_unmatched: bool = False, token_tol: float = 0.10, n_boot: int = 10_000,
-    seed: int = 0, alerts=None,
+    metric: str = REWARD_KEY, allow_unmatched: bool = False, token_tol: float = 0.10, alerts=None,
 ) -> list[SequentialVerdict]:
     """Every claim row judged at every look, then decided by the e-process (Bonferroni over the rows)."""
     kappa = claims_kappa(prepared, rounds, threshold, metric)
@@ -52,18 +51,18 @@ def sequential_verdicts(
         at_look = runs_at_look(prepared.runs, rounds, look)
         per_look.append(verdicts.judge_claims(
             claims, at_look, prepared.by_key, kappa=kappa, groups=prepared.groups, allow_unmatched=allow_unmatched,
-            token_tol=token_tol, n_boot=n_boot, seed=seed,
+            token_tol=token_tol,
             alerts=alerts.alerts if alerts is not None else None, stops=alerts.stops if alerts is not None else None,
         ))
     return judge_looks(per_look, alpha=rounds.alpha)
 
 
 def budget_spent(rows: Sequence[SequentialVerdict], rounds: SeedRounds) -> list[bool]:
-    """Per row: undecided with an arm at the seed budget (no round can add to it)."""
-    look = rounds.n_looks
+    """Per row: undecided with an arm at the seed budget at the look it was judged at (no round can
+    add to it) — not at a look recorded since, whose round is being submitted."""
     return [
         row.decided_at is None and row.sequential and any(
-            len(rounds.seeds_at(look, arm, row.verdict.group)) >= rounds.max_seeds
+            len(rounds.seeds_at(row.judged_at, arm, row.verdict.group)) >= rounds.max_seeds
             for arm in (row.verdict.arm, row.verdict.versus) if arm)
         for row in rows
     ]

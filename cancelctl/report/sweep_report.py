@@ -215,5 +215,5 @@ def judge_until_decided(
     alerts = read_sweep_alerts(workdir, sweep)
     screened = screen_points(runs, metrics, stops=alerts.stops)
     baseline = planned.spec.baseline or sorted(screened.runs["arm"].astype(str).unique())[0]
-    prepared, _ = prepare_sweep(screened.runs, screened.metrics, baseline, False, 10_000, 0)
+    prepared, _ = prepare_sweep(screened.runs, screened.metrics, baseline, False)
     return sequential_verdicts(prepared, planned.spec.claims, rounds, allow_unmatched=allow_unmatched, alerts=alerts)

@@ -3,7 +3,7 @@ matching [D §5], final scores [D Table 1], the held-out gain over training, Jit
 and the mechanism summary [D §6.1], and `build_tables`, which makes every table in report order.
 
 Each number is computed by the function of `cancelctl.stats` named after it (student_t_ci,
-paired_bootstrap_test, jitter2, slope, ratio_to_baseline); this module selects, groups and formats.
+paired_t_test, jitter2, slope, ratio_to_baseline); this module selects, groups and formats.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from cancelctl.stats.compute_match import ComputeViolation
 SUMMARY_COLUMNS = ["n_seeds", "mean", "ci_lo", "ci_hi", "delta_vs_baseline", "p_value", "n_paired"]
 # under every table that shows a mean [95% CI] over seeds (`intervals.student_t_ci`)
 CI_NOTE = "95% CI: Student's t over seeds, mean ± t(0.975, n−1)·sd/√n"
-PAIRED_NOTE = f"{CI_NOTE}; p: two-sided paired bootstrap-t over seeds shared with the baseline."
+PAIRED_NOTE = f"{CI_NOTE}; p: two-sided paired t-test over seeds shared with the baseline."
 
 
 def build_tables(
@@ -91,7 +91,7 @@ def arm_summary(sweep: PreparedSweep, values: pd.DataFrame, compare: bool = True
                     shared = seeds.index.intersection(base.index)
                     if len(shared):
                         x, x_base = seeds.loc[shared].to_numpy(), base.loc[shared].to_numpy()
-                        test = paired.paired_bootstrap_test(x, x_base, n_boot=sweep.n_boot, seed=sweep.seed)
+                        test = paired.paired_t_test(x, x_base)
                         row.update(delta_vs_baseline=test.delta, p_value=test.p, n_paired=test.n)
             rows.append(row)
     return pd.DataFrame(rows)

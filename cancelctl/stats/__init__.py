@@ -4,7 +4,7 @@ file, prints, plots or touches MLflow: the report (`cancelctl.report`) hands the
 
     samples        the input conventions: finite 1-d values, a seed for resampling
     intervals      Student's t CIs over seeds (the bootstrap's kept to compare), the band of a mean curve
-    paired         the paired bootstrap-t test, Holm's adjustment, seeds needed for a power
+    paired         the paired t-test (the bootstrap-t's kept to compare), Holm's adjustment, seeds needed for a power
     crossing       Compute@Reward=κ and steps to κ: where a curve first reaches a threshold
     curves         the shape of a curve: Jitter2, slope, late − early
     frames         the tidy metrics frame split per key, last values, a metric on a compute axis

@@ -1,8 +1,20 @@
 """The paired evidence for one claim on one comparison group, before multiplicity correction: the
-effect arm − versus over seeds with its Student's t CI, and the one-sided p-values of the test that
-would support the claim and of the one that would contradict it, per direction (higher / lower,
+effect arm − versus over seeds with its Student's t CI, and the p-values of the test that would
+support the claim and of the one that would contradict it, per direction (higher / lower,
 non-inferiority, equivalence by TOST). Arrays in, numbers out. The decisions behind them are stated
 in `cancelctl.stats.verdicts`.
+
+One test gives the verdict and the interval shown beside it: the paired t-test (`paired_t_test`),
+whose inversion is the 95% Student's t interval (`student_t_ci`). A 95% two-sided interval bounds
+each side at 2.5%, so each one-sided test is taken at α/2 and its p is reported doubled:
+
+    p = min(1, 2 · p_one-sided)                                                    (claim p)
+
+and p < α = 0.05 exactly when the 95% interval lies wholly on that side of the boundary (0, or the
+margin). Holm's adjustment only raises p, so a supported claim's interval never reaches its
+boundary and a contradicted one's never reaches into the predicted side. The price: a true null is
+wrongly supported at ≤ α/2 per claim (SPEC: "at or below its α"), and a one-sided claim needs the
+seeds of a two-sided test (`paired.seeds_for_power` at α/2).
 """
 
 from __future__ import annotations
@@ -15,8 +27,7 @@ from typing import Literal
 import numpy as np
 
 from cancelctl.stats.intervals import student_t_ci
-from cancelctl.stats.paired import MIN_PAIRED_SEEDS, paired_bootstrap_test
-from cancelctl.stats.samples import SeedLike
+from cancelctl.stats.paired import paired_t_test
 
 ALPHA = 0.05
 POWER = 0.8
@@ -30,8 +41,8 @@ class Evidence:
     """The paired statistics of one comparison, before multiplicity correction.
 
     effect = mean over seeds of d = arm − versus, with its Student's t CI (the tables' interval); p_for
-    is the p-value of the test whose rejection supports the claim, p_against of the one whose
-    rejection contradicts it.
+    is the p-value (claim p, doubled one-sided) of the test whose rejection supports the claim,
+    p_against of the one whose rejection contradicts it.
     """
 
     n: int
@@ -50,19 +61,17 @@ def paired_evidence(
     versus: Sequence[float] | np.ndarray,
     direction: str,
     margin: float = 0.0,
-    *,
-    n_boot: int = 10_000,
-    seed: SeedLike = 0,
 ) -> Evidence:
-    """Test `direction` of x − versus (paired by position = seed). Needs ≥ 3 pairs for p-values."""
+    """Test `direction` of x − versus (paired by position = seed) by the paired t-test, each side at
+    α/2 (claim p). Needs ≥ 2 pairs for p-values."""
     xs, base = np.asarray(x, float), np.asarray(versus, float)
     d = xs - base
     ci = student_t_ci(d, confidence=CONFIDENCE)
     # equal differences have sd 0 exactly (np.std can give ~1e-17 for them, by CPU)
     sd = (0.0 if np.ptp(d) == 0.0 else float(d.std(ddof=1))) if d.size > 1 else float("nan")
 
-    def p(shift: float, alternative: str) -> float:  # H1: mean(d − shift) > 0 ("greater") / < 0
-        return paired_bootstrap_test(xs - shift, base, n_boot=n_boot, seed=seed, alternative=alternative).p
+    def p(shift: float, alternative: str) -> float:  # claim p of H1: mean(d) > shift ("greater") / < shift
+        return doubled(paired_t_test(xs, base, alternative=alternative, shift=shift).p)
 
     m = float(margin)
     if direction == "higher":
@@ -73,15 +82,20 @@ def paired_evidence(
         p_for, p_against, distance = p(m, "less"), p(m, "greater"), m - ci.mean
     elif direction == "not_lower":  # non-inferiority: effect > −m
         p_for, p_against, distance = p(-m, "greater"), p(-m, "less"), ci.mean + m
-    elif direction == "similar":  # TOST: −m < effect < m; outside either side (Bonferroni over the two)
+    elif direction == "similar":  # TOST: −m < effect < m (the interval inside); outside: beyond either margin
         p_for = max(p(-m, "greater"), p(m, "less"))
-        p_against = min(1.0, 2.0 * min(p(m, "greater"), p(-m, "less")))
+        p_against = min(p(m, "greater"), p(-m, "less"))
         distance = m - abs(ci.mean)
     else:
         raise ValueError(f"unknown direction {direction!r}")
-    if d.size < MIN_PAIRED_SEEDS:  # no test (the paired test's p is NaN; max/min would hide it)
+    if d.size < 2:  # no test (the t-test's p is NaN; max/min would hide it)
         p_for = p_against = math.nan
     return Evidence(int(d.size), ci.mean, ci.lo, ci.hi, sd, m, distance, p_for, p_against)
+
+
+def doubled(p_one_sided: float) -> float:
+    """Claim p (the equation above): a one-sided p at the level of one tail of a 95% interval."""
+    return min(1.0, 2.0 * p_one_sided) if math.isfinite(p_one_sided) else math.nan
 
 
 def decide(p_for_holm: float, p_against_holm: float, alpha: float = ALPHA) -> Status:
@@ -90,3 +104,29 @@ def decide(p_for_holm: float, p_against_holm: float, alpha: float = ALPHA) -> St
     if p_against_holm < alpha:
         return "contradicted"
     return "inconclusive"
+
+
+def predicted_range(direction: str, margin: float = math.nan, center: float = 0.0) -> tuple[float, float]:
+    """The open range of the effect a claim predicts, around `center` (0 for a difference, 1/2 for a
+    share): higher (c, ∞), lower (−∞, c), not_higher (−∞, c + m), not_lower (c − m, ∞), similar
+    (c − m, c + m)."""
+    m = margin if math.isfinite(margin) else 0.0
+    ranges = {
+        "higher": (center, math.inf), "lower": (-math.inf, center), "not_higher": (-math.inf, center + m),
+        "not_lower": (center - m, math.inf), "similar": (center - m, center + m),
+    }
+    if direction not in ranges:
+        raise ValueError(f"unknown direction {direction!r}")
+    return ranges[direction]
+
+
+def interval_agrees(status: Status, ci_lo: float, ci_hi: float, predicted: tuple[float, float]) -> bool:
+    """Whether the 95% interval shown beside a verdict says the same: a supported claim's interval lies
+    wholly inside the predicted range, a contradicted one's wholly outside it; an inconclusive (or
+    unjudged) row agrees with any interval."""
+    lo, hi = predicted
+    if status == "supported":
+        return lo < ci_lo and ci_hi < hi
+    if status == "contradicted":
+        return ci_hi < lo or ci_lo > hi
+    return True

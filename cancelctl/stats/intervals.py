@@ -25,8 +25,8 @@ from cancelctl.stats.samples import SeedLike, finite_1d
 class Interval:
     """Mean over n seeds and its confidence interval; unpacks as (mean, lo, hi).
 
-    `degenerate` flags n == 1: there is no spread to measure, so lo == hi == mean and the interval
-    must not be read as certainty.
+    `degenerate` flags n == 1: there is no spread to measure; Student's interval (t with 0 degrees
+    of freedom) is undefined there, so `student_t_ci` gives lo = hi = NaN, never a zero-width interval.
     """
 
     mean: float
@@ -61,12 +61,13 @@ def student_t_ci(values: Sequence[float] | np.ndarray, confidence: float = 0.95)
     scores of 15 lab-claims arms, 87 runs, standardized and pooled: skewness −0.17), so no skew
     correction is made; a bootstrap one (BCa) stays inside the seeds' range and under-covers at
     these n like the percentile interval.
-    n == 1 gives lo == hi == the value, flagged by `Interval.degenerate`.
+    n == 1 gives lo = hi = NaN (t with 0 degrees of freedom is undefined), flagged by
+    `Interval.degenerate`; n seeds of one value give a zero-width interval (sd 0, measured).
     """
     arr = finite_1d(values, "student_t_ci")
     mean = float(arr.mean())
     if arr.size == 1:
-        return Interval(mean, mean, mean, 1)
+        return Interval(mean, float("nan"), float("nan"), 1)
     # equal values have sd 0 exactly (np.std can give ~1e-17 for them)
     half = 0.0 if np.ptp(arr) == 0.0 else float(t_half_width(arr.std(ddof=1), arr.size, confidence))
     return Interval(mean, mean - half, mean + half, int(arr.size))
@@ -125,7 +126,8 @@ def band_on_grid(
     point), on a common x grid.
 
     Each seed's (x, y) is linearly interpolated onto `n_grid` points spanning the x range that every
-    seed covers (no extrapolation). Returns (grid, mean, lo, hi); with one seed lo == hi == mean.
+    seed covers (no extrapolation). Returns (grid, mean, lo, hi); with one seed lo and hi are NaN
+    (no band: `student_t_ci`).
     """
     usable = [(np.asarray(x, float), np.asarray(y, float)) for x, y in curves]
     usable = [(x[np.isfinite(x) & np.isfinite(y)], y[np.isfinite(x) & np.isfinite(y)]) for x, y in usable]
@@ -140,6 +142,6 @@ def band_on_grid(
     values = np.stack([np.interp(grid, x, y) for x, y in usable])  # seeds × grid
     mean = values.mean(axis=0)
     if len(usable) == 1:
-        return grid, mean, mean.copy(), mean.copy()
+        return grid, mean, np.full_like(mean, np.nan), np.full_like(mean, np.nan)
     half = t_half_width(values.std(axis=0, ddof=1), len(usable), confidence)
     return grid, mean, mean - half, mean + half

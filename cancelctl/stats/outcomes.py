@@ -17,9 +17,13 @@ its last logged step:
   which `first` alerted strictly before the collapse; a collapse with no `first` alert before it
   counts against, a tie (same step) is left out as the sign test leaves ties out; the exact
   binomial test against 1/2 with the Clopper–Pearson interval (`rates.share_test`). Fewer than
-  MIN_ORDER_RUNS collapsing runs cannot reach α = 5% whatever their order (1/2⁴ > 0.05): not judged.
+  MIN_ORDER_RUNS collapsing runs cannot reach α = 5% whatever their order (claim p 2/2⁵ > 0.05): not judged.
   A `first` rule that alerts early in every run passes this test without predicting anything:
   read it beside that rule's own collapse rate.
+Every p here is a claim p (`evidence.doubled`: each one-sided test at α/2, one tail of the 95%
+interval shown beside it); `verdicts.agreeing` holds each verdict to that interval, which is not the
+test's own inversion (Newcombe's beside Boschloo's, the restricted-mean difference beside the
+log-rank; Clopper–Pearson's is the sign test's).
 Frames in, `Verdict`s out (the Holm adjustment is `verdicts`'); nothing here reads the run folders.
 """
 
@@ -33,10 +37,11 @@ import pandas as pd
 
 from cancelctl.spec.claims import ClaimSpec
 from cancelctl.spec.monitor import MonitorSpec
+from cancelctl.stats.evidence import doubled
 from cancelctl.stats.rates import compare_rates, runs_for_rate_difference, runs_for_share, share_test
 from cancelctl.stats.survival import compare_times, runs_for_logrank
 
-MIN_ORDER_RUNS = 5  # collapsing runs: the sign test's smallest p with n runs is 1/2ⁿ
+MIN_ORDER_RUNS = 6  # collapsing runs: the sign test's smallest claim p with n runs is 2/2ⁿ
 ALERT_COLUMNS = ["run_id", "rule", "step", "action"]
 
 
@@ -146,6 +151,7 @@ def _rate_evidence(claim: ClaimSpec, base, a: list[Outcome], b: list[Outcome]):
     k_a, k_b = sum(o.collapsed for o in a), sum(o.collapsed for o in b)
     test = compare_rates(k_a, len(a), k_b, len(b))
     p_for, p_against = (test.p_greater, test.p_less) if claim.direction == "higher" else (test.p_less, test.p_greater)
+    p_for, p_against = doubled(p_for), doubled(p_against)
     return replace(
         base, metric=f"{base.metric}: {k_a}/{len(a)} vs {k_b}/{len(b)}", test="Boschloo exact",
         arm_mean=k_a / len(a), versus_mean=k_b / len(b), effect=test.difference, ci_lo=test.ci_lo, ci_hi=test.ci_hi,
@@ -157,11 +163,16 @@ def _rate_evidence(claim: ClaimSpec, base, a: list[Outcome], b: list[Outcome]):
 def _time_evidence(claim: ClaimSpec, base, a: list[Outcome], b: list[Outcome]):
     if any(not math.isfinite(o.step) for o in a + b):
         return replace(base, reason="a run logged no steps: its time is unknown")
+    events = sum(o.collapsed for o in a), sum(o.collapsed for o in b)
+    if not any(events):  # no time to compare: never a difference of +0 [+0, +0]
+        arms = f"{claim.arm} or {claim.versus}"
+        return replace(base, metric=f"{base.metric} (0/{len(a)} vs 0/{len(b)} collapsed)",
+                       reason=f"no run of {arms} collapsed ({' or '.join(claim.metric.rules)})")
     test = compare_times([o.step for o in a], [o.collapsed for o in a], [o.step for o in b], [o.collapsed for o in b])
     lr = test.logrank
     # time lower = the collapse comes sooner = arm's hazard higher (z > 0)
     p_for, p_against = (lr.p_sooner, lr.p_later) if claim.direction == "lower" else (lr.p_later, lr.p_sooner)
-    events = sum(o.collapsed for o in a), sum(o.collapsed for o in b)
+    p_for, p_against = doubled(p_for), doubled(p_against)
     return replace(
         base, metric=f"{base.metric} (mean ≤ {test.horizon:.0f} steps; {events[0]}/{len(a)} vs {events[1]}/{len(b)} collapsed)",
         test="log-rank" + (" (exact permutation)" if lr.exact else ""),
@@ -197,11 +208,12 @@ def _judge_order(claim: ClaimSpec, in_group: pd.DataFrame, alerts: pd.DataFrame,
         return replace(base, reason=f"no run of {', '.join(claim.arms)} collapsed ({' or '.join(metric.rules)})")
     test = share_test(before, n)
     p_for, p_against = (test.p_greater, test.p_less) if claim.direction == "higher" else (test.p_less, test.p_greater)
+    p_for, p_against = doubled(p_for), doubled(p_against)
     base = replace(base, arm_mean=test.share, versus_mean=0.5, effect=test.share, ci_lo=test.ci_lo, ci_hi=test.ci_hi,
                    distance=(test.share - 0.5) * (1 if claim.direction == "higher" else -1), p=p_for, p_against=p_against)
     if n < MIN_ORDER_RUNS:
         return replace(base, p=math.nan, p_against=math.nan, reason=(
-            f"{n} collapsing run(s) with an order; the sign test needs ≥ {MIN_ORDER_RUNS} (p ≥ 1/2^{n} otherwise)"))
+            f"{n} collapsing run(s) with an order; the sign test needs ≥ {MIN_ORDER_RUNS} (p ≥ 2/2^{n} otherwise)"))
     return replace(base, status="inconclusive")
 
 

@@ -1,8 +1,13 @@
 """Paired tests over shared seeds [D Table 1: "paired bootstrap test"], Holm's adjustment across a
 family of tests, and the number of seeds a paired test needs for a given power.
 
-The test is studentized (bootstrap-t): the plain re-centred mean bootstrap rejects a true null far
-above its level at 3–10 seeds (measured in tests/stats).
+The report's paired test is Student's paired t-test (`paired_t_test`): the inversion of the report's
+95% interval (`intervals.student_t_ci`), so a p-value and the interval printed beside it always say
+the same thing, and exact for normal differences at every n ≥ 2. The bootstrap-t
+(`paired_bootstrap_test`) it replaced stays to compare with: at 4–5 seeds of a discrete metric
+(steps to κ, whole steps) its resampled t is degenerate — with differences {−10, −10, 0, 0} no
+resample is as extreme as the data, so p = 1/(1 + resamples) while the t interval is [−14.2, +4.2]
+(tests/stats/test_verdicts.py measures both).
 """
 
 from __future__ import annotations
@@ -15,20 +20,67 @@ from scipy import stats  # a dependency of mlflow; used for the t and noncentral
 
 from cancelctl.stats.samples import SeedLike, finite_1d
 
-# below this many shared seeds a paired test has nothing to resample (see paired_bootstrap_test)
+# below this many shared seeds the bootstrap-t has nothing to resample (see paired_bootstrap_test)
 MIN_PAIRED_SEEDS = 3
+# below this many the t-test has no degrees of freedom (ν = n − 1)
+MIN_T_SEEDS = 2
 
 
 @dataclass(frozen=True)
 class PairedTest:
-    """Mean paired difference (x − baseline) and its two-sided bootstrap p-value over n shared seeds.
-
-    p is NaN below `MIN_PAIRED_SEEDS` shared seeds (too few pairs to test).
-    """
+    """Mean paired difference (x − baseline) and its p-value over n shared seeds; NaN where the test
+    has too few pairs (`MIN_T_SEEDS` for the t-test, `MIN_PAIRED_SEEDS` for the bootstrap-t)."""
 
     delta: float
     p: float
     n: int
+
+
+def paired_t_test(
+    x: Sequence[float] | np.ndarray,
+    baseline: Sequence[float] | np.ndarray,
+    alternative: str = "two-sided",
+    shift: float = 0.0,
+) -> PairedTest:
+    """Student's paired t-test over shared seeds (Student 1908), of mean(x − baseline) against `shift`.
+
+    `x[i]` and `baseline[i]` must come from the same seed. With d = x − baseline over n seeds:
+    t = (mean(d) − shift) / (sd(d)/√n), ν = n − 1; p = P(T_ν ≥ t) for `alternative="greater"`
+    (H1: mean > shift), P(T_ν ≤ t) for "less", 2·P(T_ν ≥ |t|) two-sided. It is the test the report's
+    interval inverts: two-sided p < 1 − c exactly when the c interval of `student_t_ci` (mean ±
+    `t_half_width`) leaves out `shift`, and one-sided p < (1 − c)/2 exactly when it lies wholly on
+    that side.
+
+    p is NaN below `MIN_T_SEEDS` pairs. Differences all equal (sd 0, tested exactly: np.std can give
+    ~1e-17 for them) give t = ±inf: p = 0 on the side of their mean (its interval is that one point),
+    1 on the other side and when the mean is `shift`.
+    """
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"alternative must be 'two-sided', 'greater' or 'less', got {alternative!r}")
+    xs = finite_1d(x, "paired_t_test x")
+    base = finite_1d(baseline, "paired_t_test baseline")
+    if xs.size != base.size:
+        raise ValueError(f"paired_t_test: {xs.size} values vs {base.size} baseline values; pair by seed first")
+    diffs = xs - base
+    n = diffs.size
+    delta = float(diffs.mean())
+    if n < MIN_T_SEEDS:
+        return PairedTest(delta, float("nan"), n)
+    centered = delta - float(shift)
+    if np.ptp(diffs) == 0.0:
+        if centered == 0.0:
+            return PairedTest(delta, 1.0, n)
+        t = float(np.copysign(np.inf, centered))
+    else:
+        t = centered / (float(diffs.std(ddof=1)) / np.sqrt(n))
+    nu = n - 1
+    if alternative == "greater":
+        p = float(stats.t.sf(t, nu))
+    elif alternative == "less":
+        p = float(stats.t.cdf(t, nu))
+    else:
+        p = float(2.0 * stats.t.sf(abs(t), nu))
+    return PairedTest(delta, min(p, 1.0), n)
 
 
 def paired_bootstrap_test(
@@ -38,7 +90,8 @@ def paired_bootstrap_test(
     seed: SeedLike = 0,
     alternative: str = "two-sided",
 ) -> PairedTest:
-    """Paired bootstrap test over shared seeds [D Table 1: "paired bootstrap test"], two-sided.
+    """Paired bootstrap test over shared seeds [D Table 1: "paired bootstrap test"], two-sided; kept
+    to compare with `paired_t_test`, which the report uses (see the module docstring).
 
     `x[i]` and `baseline[i]` must come from the same seed. The per-seed differences d are resampled
     jointly (one index per seed, so the pairing is kept) and the studentized mean is bootstrapped
@@ -113,10 +166,10 @@ def seeds_for_power(
     `power` against a true mean difference `effect` with per-seed difference sd `sd`.
 
     Power at n seeds is 1 − F_nct(t_{1−α, n−1}; n − 1, √n |effect| / sd), F_nct the noncentral-t
-    cdf (the exact power of the t-test for normal differences). The bootstrap-t test of
-    `paired_bootstrap_test` rejects at about the t-test's rate from 4 seeds up (tests/stats/test_verdicts.py),
-    so this is the planning number for it. None when effect is 0 or not finite, or more than
-    `max_n` seeds would be needed; 2 when sd is 0 and effect is not.
+    cdf (the exact power of the t-test for normal differences): the planning number of
+    `paired_t_test` (a verdict's one-sided test is at α/2: see `cancelctl.stats.evidence`). None
+    when effect is 0 or not finite, or more than `max_n` seeds would be needed; 2 when sd is 0 and
+    effect is not.
     """
     if not np.isfinite(effect) or effect == 0.0 or not np.isfinite(sd):
         return None

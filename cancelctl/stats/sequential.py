@@ -30,9 +30,11 @@ tests/stats/test_sequential.py shows the crossing rate falling below the δ = 0 
 
 Margins and two-sided claims follow `evidence`: not_higher / not_lower shift the differences by the
 margin (t of d − m, or of d + m); `similar` is TOST as an intersection–union test — supported once
-both one-sided e-processes have crossed (each by its own running maximum; under either half of the
-null the one of that half crosses with chance ≤ α), contradicted by the mean of the two outside
-e-processes (a mean of e-processes is one). Family-wise error across a sweep's claims: e-values
+the smaller of the two one-sided e-values of one look has crossed (under either half of the null
+it is at most that half's e-value, so it crosses with chance ≤ α; both at the same look, so the
+fixed-n interval shown at that look lies inside both margins, as for every other decision: the
+smallest t an e-value crosses at is above the 95% interval's t quantile at every n), contradicted
+by the mean of the two outside e-processes (a mean of e-processes is one). Family-wise error across a sweep's claims: e-values
 make Bonferroni valid at any looks — each claim at level α/m (`first_decision(..., level)`), so the
 chance that any of the m claims is ever wrongly "supported" is ≤ α; "contradicted" likewise.
 
@@ -95,7 +97,8 @@ def e_value(effect: float, sd: float, n: int, side: int, shift: float = 0.0, g: 
 @dataclass(frozen=True)
 class LookEvidence:
     """One claim at one look: n seeds, the e-values whose rejections together support the claim (one;
-    TOST's two for `similar`) and the e-value whose rejection contradicts it."""
+    TOST's two for `similar`, which must both reject at one look) and the e-value whose rejection
+    contradicts it."""
 
     n: int
     e_for: tuple[float, ...]
@@ -128,8 +131,8 @@ def look_evidence(
 @dataclass(frozen=True)
 class SequentialDecision:
     """The first look that decided a claim (1-based index into the looks), or None; the running
-    maxima of its e-values there (at the last look when undecided). e_for is the smaller of TOST's
-    two running maxima."""
+    maxima of its e-values there (at the last look when undecided). e_for is the running maximum of
+    the smaller of TOST's two e-values at a look."""
 
     status: str  # supported | contradicted | inconclusive
     look: int | None
@@ -148,8 +151,8 @@ class SequentialDecision:
 
 
 def first_decision(looks: Sequence[LookEvidence], level: float) -> SequentialDecision:
-    """Walk the looks in order: "supported" at the first look where every supporting e-value has
-    reached 1/level (each by its running maximum), "contradicted" where the contradicting one has;
+    """Walk the looks in order: "supported" at the first look where every supporting e-value of that
+    look has reached 1/level, "contradicted" where the contradicting one has;
     the first decision stands (later looks cannot undo it). `level` is the claim's share of α
     (α/m for m claims: Bonferroni, valid for e-values at any looks)."""
     if not 0.0 < level < 1.0:
@@ -157,16 +160,15 @@ def first_decision(looks: Sequence[LookEvidence], level: float) -> SequentialDec
     if not looks:
         return SequentialDecision("inconclusive", None, 0, 1.0, 1.0)
     bar = 1.0 / level
-    best_for = [1.0] * len(looks[0].e_for)
-    best_against = 1.0
+    best_for = best_against = 1.0
     for index, look in enumerate(looks, start=1):
-        best_for = [max(b, e) for b, e in zip(best_for, look.e_for)]
+        best_for = max(best_for, min(look.e_for))
         best_against = max(best_against, look.e_against)
-        if min(best_for) >= bar:
-            return SequentialDecision("supported", index, look.n, min(best_for), best_against)
+        if best_for >= bar:
+            return SequentialDecision("supported", index, look.n, best_for, best_against)
         if best_against >= bar:
-            return SequentialDecision("contradicted", index, look.n, min(best_for), best_against)
-    return SequentialDecision("inconclusive", None, looks[-1].n, min(best_for), best_against)
+            return SequentialDecision("contradicted", index, look.n, best_for, best_against)
+    return SequentialDecision("inconclusive", None, looks[-1].n, best_for, best_against)
 
 
 def max_e_value(n: int, g: float = PRIOR_VARIANCE) -> float:

@@ -6,13 +6,15 @@ their paired effect, sd and seeds), dataclasses out; nothing here reads the look
 Decisions, stated once:
 - A paired claim is judged at every look with ≥ 2 shared seeds from the mean and sd of its
   differences (the e-value is exact from 2 seeds: no MIN_VERDICT_SEEDS); its verdict is the first
-  crossing and stands. Its numbers (effect, bootstrap CI, seeds) are those of the deciding look, or
-  of the last look when undecided; p is the anytime-valid p-value 1/E (running maximum) and the
+  crossing and stands. Its numbers (effect, Student's t CI, seeds) are those of the deciding look, or
+  of the last look when undecided (a crossing e-value implies that interval excludes the boundary:
+  `sequential`); p is the anytime-valid p-value 1/E (running maximum) and the
   adjusted p its Bonferroni m/E.
 - Family-wise error: each of the m rows of the report (claims × groups × keys, counted at the last
   look) at level α/m — Bonferroni, which e-values allow at any looks and any stopping.
 - Outcome claims (collapse rate, time to collapse, alert order) are unpaired: no e-process here.
-  They are judged once, at the last look, by their own exact tests at the same level α/m; the seeds
+  They are judged once, at the last look, by their own exact tests at the same level α/m (claim p,
+  held to their interval like the fixed-n verdicts: `verdicts.agreeing`); the seeds
   that look has were chosen by the paired claims, so that one look is not strictly a fixed design
   (the table says so). They do not ask for more seeds.
 """
@@ -26,7 +28,7 @@ from dataclasses import dataclass, replace
 from cancelctl.spec.claims import OUTCOME_KINDS
 from cancelctl.stats.evidence import ALPHA, decide
 from cancelctl.stats.sequential import PRIOR_VARIANCE, LookEvidence, first_decision, look_evidence
-from cancelctl.stats.verdicts import Verdict
+from cancelctl.stats.verdicts import Verdict, agreeing
 
 SEQUENTIAL_TEST = "safe t-test (e-process)"
 
@@ -38,6 +40,7 @@ class SequentialVerdict:
     verdict: the row at its deciding look (the last when undecided), status the sequential decision.
     looks: the looks at which its seeds grew, up to the decision (the last look when undecided).
     decided_at: the sweep's look that decided it (1-based), None when undecided.
+    judged_at: the sweep's last look judged (whose seeds the next round adds to).
     sequential: False for an outcome claim (judged once at the last look by its own test)."""
 
     verdict: Verdict
@@ -47,6 +50,7 @@ class SequentialVerdict:
     e_against: float = 1.0
     level: float = ALPHA
     sequential: bool = True
+    judged_at: int = 1
 
     @property
     def evaluable(self) -> bool:
@@ -75,8 +79,8 @@ def judge_looks(
     m = max(1, len(last))
     by_look = [{_row_key(v): v for v in rows} for rows in per_look]
     return [
-        _outcome_row(row, m, alpha, len(per_look)) if row.kind in OUTCOME_KINDS
-        else _paired_row([rows.get(_row_key(row)) for rows in by_look], m, alpha, g)
+        replace(_outcome_row(row, m, alpha, len(per_look)) if row.kind in OUTCOME_KINDS
+                else _paired_row([rows.get(_row_key(row)) for rows in by_look], m, alpha, g), judged_at=len(per_look))
         for row in last
     ]
 
@@ -118,6 +122,6 @@ def _outcome_row(row: Verdict, m: int, alpha: float, n_looks: int) -> Sequential
         return SequentialVerdict(row, 0, None, level=level, sequential=False)
     p_for = min(1.0, m * row.p) if math.isfinite(row.p) else math.nan
     p_against = min(1.0, m * row.p_against) if math.isfinite(row.p_against) else math.nan
-    status = decide(p_for, p_against, alpha)
-    verdict = replace(row, status=status, p_holm=p_for, p_against_holm=p_against)
+    verdict = agreeing(replace(row, status=decide(p_for, p_against, alpha), p_holm=p_for, p_against_holm=p_against))
+    status = verdict.status
     return SequentialVerdict(verdict, 1, n_looks if status != "inconclusive" else None, level=level, sequential=False)

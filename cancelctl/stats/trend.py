@@ -9,7 +9,7 @@ Decisions, stated once:
   of its differences on u = the axis values (scale linear) or log2 of them (scale log: G grows by
   doubling, so the slope is "per doubling"). The slopes of different seeds are independent, so the
   claim is the one-sample test of mean(b_s) over seeds, with the existing paired machinery
-  (`evidence.paired_evidence` against 0: bootstrap-t, bootstrap CI, seeds needed).
+  (`evidence.paired_evidence` against 0: paired t-test, Student's t CI, seeds needed).
 - Runs of one seed number at two axis values are different runs. Nothing requires them to be
   related: b_s is a fixed contrast of the seed's own differences, so whether seed s at G = 4 and at
   G = 8 share anything (a warm start, a data order) or not, the b_s of different seeds stay

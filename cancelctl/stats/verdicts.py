@@ -2,22 +2,27 @@
 
 Per claim (`cancelctl.spec.claims`) and comparison group: each run gives one number (the claim's
 metric), seeds are paired between `arm` and `versus`, and the per-seed differences d = arm − versus
-are tested with `paired.paired_bootstrap_test` (bootstrap-t; the per-comparison evidence is
-`evidence.paired_evidence`). Frames in (the report's runs and metrics), dataclasses out; nothing
+are tested with `paired.paired_t_test` (Student's paired t, the test the 95% interval shown beside
+the verdict inverts; the per-comparison evidence is `evidence.paired_evidence`). Frames in (the report's runs and metrics), dataclasses out; nothing
 here prints, plots or touches MLflow; the report's cells are `cancelctl.report.claims`.
 
 Decisions, stated once:
-- Directional claims (higher / lower) are one-sided hypotheses and are tested one-sided: "supported"
-  is a rejection of "arm − versus ≤ 0" (for higher), so a true null gives a false "supported" at
-  rate α. "contradicted" is the mirror test (significantly the other way).
+- The verdict and the interval shown beside it come from one test (SPEC "Claims"): each one-sided
+  test is taken at α/2, the level of one tail of the 95% interval, and its p is shown doubled
+  (`evidence.doubled`), so p < α exactly when the interval lies wholly on that side. Directional
+  claims (higher / lower): "supported" is a rejection of "arm − versus ≤ 0" (for higher), a true
+  null gives a false "supported" at rate ≤ α/2; "contradicted" is the mirror test (significantly
+  the other way). Outcome claims' exact tests are not their intervals' inversions: a verdict whose
+  interval does not agree (`evidence.interval_agrees`) stays inconclusive and its note says so.
 - not_higher / not_lower / similar test against a margin m (non-inferiority; equivalence by two
   one-sided tests, TOST): "supported" means the difference is significantly inside the margin,
   "contradicted" significantly outside it. Without a margin "no difference" cannot be supported.
 - Holm across every judged row of the report (claims × groups × benchmarks), once for the
   "supported" tests and once for the "contradicted" tests: each verdict kind keeps its family-wise
   error rate ≤ α.
-- At least MIN_VERDICT_SEEDS shared seeds: the one-sided bootstrap-t rejects a true null ~9% of
-  the time at 3 seeds (α 5%; ~5% from 4 up, measured in tests/stats/test_verdicts.py).
+- At least MIN_VERDICT_SEEDS shared seeds: the t-test is exact for normal differences from 2, but a
+  verdict on 3 seeds rests on one sd estimated from 2 degrees of freedom (and the bootstrap-t the
+  report used before rejected a true null ~9% of the time there).
 - Outcome claims (collapse rate, time to collapse, alert order) are judged from the monitor's
   alerts by `outcomes` (exact tests, unpaired) and join the same Holm family.
 - A run a monitor rule stopped counts: a curve claim reads its curve up to the stop (slope,
@@ -26,8 +31,8 @@ Decisions, stated once:
   claim leaves it out (its compute ends at the stop by design).
 - Seeds needed (for every row with ≥ 2 seeds; what an inconclusive row shows): the paired t-test
   planning number (paired.seeds_for_power) for 80% power at the observed distance of the effect
-  from the decision boundary (0, or the margin) and the observed sd of d, at level α/m with m the
-  rows of the report (Bonferroni, which Holm never needs more than): enough seeds to decide this
+  from the decision boundary (0, or the margin) and the observed sd of d, one-sided at level α/(2m)
+  with m the rows of the report (Bonferroni, which Holm never needs more than): enough seeds to decide this
   row whatever the other rows do; never fewer than MIN_VERDICT_SEEDS. For `similar` only the
   nearer margin is powered (TOST needs both; near a zero effect with a wide sd this undercounts).
 - Trend claims (`along:` a grid axis, [D] Table 4): one row per point of the other axes, judged on
@@ -51,10 +56,19 @@ from cancelctl.spec.claims import KAPPA_KINDS, LAST, NEEDS_WHOLE_RUN, OUTCOME_KI
 from cancelctl.stats.compute_match import check_compute_matched
 from cancelctl.stats.crossing import compute_at_reward, steps_to_threshold
 from cancelctl.stats.curves import jitter2, late_minus_early, slope
-from cancelctl.stats.evidence import ALPHA, MIN_VERDICT_SEEDS, POWER, Status, decide, paired_evidence
+from cancelctl.stats.evidence import (
+    ALPHA,
+    MIN_VERDICT_SEEDS,
+    POWER,
+    Status,
+    decide,
+    interval_agrees,
+    paired_evidence,
+    predicted_range,
+)
 from cancelctl.stats.frames import COMPUTE_KEYS, on_compute_axis, split_by_key
 from cancelctl.stats.outcomes import Stop, judge_outcome, planned_seeds
-from cancelctl.stats.paired import MIN_PAIRED_SEEDS, holm_adjust, seeds_for_power
+from cancelctl.stats.paired import MIN_T_SEEDS, holm_adjust, seeds_for_power
 from cancelctl.stats.trend import seed_slopes
 
 
@@ -84,15 +98,15 @@ class Verdict:
     sd: float = math.nan  # sd over seeds of arm − versus
     margin: float = math.nan  # absolute margin used (not_higher / not_lower / similar)
     distance: float = math.nan  # effect's distance from the decision boundary, > 0 on the claim's side
-    p: float = math.nan  # one-sided p of the test that supports the claim
+    p: float = math.nan  # claim p (one-sided, doubled: `evidence.doubled`) of the test that supports the claim
     p_against: float = math.nan  # ... and of the test that contradicts it
     p_holm: float = math.nan
     p_against_holm: float = math.nan
     alpha: float = ALPHA
-    seeds_needed: int | None = None  # paired seeds for 80% power at the observed effect and sd, level α/m
+    seeds_needed: int | None = None  # paired seeds for 80% power at the observed effect and sd, level α/(2m)
     compute_matched: bool = True
     kind: str = ""  # the claim's metric kind
-    test: str = "paired bootstrap-t"  # the test behind p
+    test: str = "paired t"  # the test behind p
     n_versus: int | None = None  # unpaired (outcome) claims: runs of versus; n_seeds then counts arm's runs
     event_fraction: float = math.nan  # outcome claims: share of the compared runs that collapsed
     log_hazard_ratio: float = math.nan  # time_to_collapse: Peto's estimate, arm vs versus
@@ -116,8 +130,6 @@ def judge_claims(
     min_seeds: int = MIN_VERDICT_SEEDS,
     allow_unmatched: bool = False,
     token_tol: float = 0.10,
-    n_boot: int = 10_000,
-    seed: int = 0,
     alerts: pd.DataFrame | None = None,
     stops: Mapping[str, Stop] | None = None,
 ) -> list[Verdict]:
@@ -131,8 +143,8 @@ def judge_claims(
     order (default: by the runs' axis.* columns). Arms that are not compute-matched in logged compute
     (`check_compute_matched` on the two arms) are not judged unless `allow_unmatched`.
     """
-    if min_seeds < MIN_PAIRED_SEEDS:
-        raise ValueError(f"min_seeds must be >= {MIN_PAIRED_SEEDS} (a paired test needs them)")
+    if min_seeds < MIN_T_SEEDS:
+        raise ValueError(f"min_seeds must be >= {MIN_T_SEEDS} (a paired t-test needs them)")
     by_key = metrics if isinstance(metrics, dict) else split_by_key(metrics)
     runs = runs.reset_index(drop=True).copy()
     runs["group"] = runs["group"].fillna("").astype(str)
@@ -150,7 +162,7 @@ def judge_claims(
             continue
         for key, versus_key in _resolve_keys(claim.metric, by_key):
             if claim.along is not None:
-                args = (runs, by_key, kappa, min_seeds, allow_unmatched, token_tol, n_boot, seed, stops)
+                args = (runs, by_key, kappa, min_seeds, allow_unmatched, token_tol, stops)
                 rows += [_judge_trend(claim, key, versus_key, label, points, *args)
                          for label, points in _axis_strata(claim, runs, order)]
                 continue
@@ -158,7 +170,7 @@ def judge_claims(
                 rows.append(
                     _judge_one(
                         claim, key, versus_key, group, runs, by_key, kappa, min_seeds,
-                        allow_unmatched, token_tol, n_boot, seed, stops,
+                        allow_unmatched, token_tol, stops,
                     )
                 )
     return _with_holm(rows, alpha, power, min_seeds)
@@ -182,15 +194,16 @@ def _base_verdict(claim: ClaimSpec, key: str, versus_key: str, group: str) -> Ve
 
 
 def _with_holm(rows: list[Verdict], alpha: float, power: float, min_seeds: int) -> list[Verdict]:
-    """Holm across the judged rows; seeds needed at the Bonferroni level of all rows with evidence."""
+    """Holm across the judged rows, each decision held to its interval; seeds needed at the
+    Bonferroni level of all rows with evidence, one-sided at half of it (claim p)."""
     tested = [i for i, v in enumerate(rows) if v.judged]
     p_for = holm_adjust([rows[i].p for i in tested])
     p_against = holm_adjust([rows[i].p_against for i in tested])
     out = list(rows)
     for i, pf, pa in zip(tested, p_for, p_against):
-        out[i] = replace(rows[i], p_holm=float(pf), p_against_holm=float(pa), status=decide(pf, pa, alpha))
+        out[i] = agreeing(replace(rows[i], p_holm=float(pf), p_against_holm=float(pa), status=decide(pf, pa, alpha)))
     with_evidence = [i for i, v in enumerate(out) if math.isfinite(v.distance)]
-    level = alpha / max(1, len(with_evidence))
+    level = alpha / max(1, len(with_evidence)) / 2.0
     for i in with_evidence:
         if out[i].kind in OUTCOME_KINDS:
             needed = planned_seeds(out[i].kind, out[i], level, power)
@@ -198,6 +211,17 @@ def _with_holm(rows: list[Verdict], alpha: float, power: float, min_seeds: int) 
             needed = seeds_for_power(out[i].distance, out[i].sd, alpha=level, power=power)
         out[i] = replace(out[i], seeds_needed=None if needed is None else max(needed, min_seeds))
     return out
+
+
+def agreeing(v: Verdict) -> Verdict:
+    """`v`, or `v` inconclusive with a note when the 95% interval shown beside its verdict does not
+    agree with it (an outcome claim's exact test is not its interval's inversion; a paired claim's t
+    always agrees)."""
+    center = 0.5 if v.kind == "alert_order" else 0.0  # an alert order's effect is a share, tested against 1/2
+    if interval_agrees(v.status, v.ci_lo, v.ci_hi, predicted_range(v.direction, v.margin, center)):
+        return v
+    why = f"its test says {v.status} but its 95% interval reaches the claim's boundary: inconclusive"
+    return replace(v, status="inconclusive", notes="; ".join(filter(None, [v.notes, why])))
 
 
 def _resolve_keys(metric: ClaimMetric, by_key: dict[str, pd.DataFrame]) -> list[tuple[str, str]]:
@@ -236,8 +260,7 @@ def _group_order(runs: pd.DataFrame) -> list[str]:
 def _judge_one(
     claim: ClaimSpec, key: str, versus_key: str, group: str, runs: pd.DataFrame,
     by_key: dict[str, pd.DataFrame], kappa: float | None, min_seeds: int,
-    allow_unmatched: bool, token_tol: float, n_boot: int, seed: int, stops: Mapping[str, Stop],
-    pairs: dict | None = None,
+    allow_unmatched: bool, token_tol: float, stops: Mapping[str, Stop], pairs: dict | None = None,
 ) -> Verdict:
     """One claim on one group; `pairs` (when given) receives seed -> (arm value, versus value)."""
     base = _base_verdict(claim, key, versus_key, group)
@@ -294,7 +317,7 @@ def _judge_one(
     without = f"; {no_value} stopped run(s) have no {claim.metric.kind} value" if no_value else ""
     if shared.size < 2:
         return replace(base, reason=f"{shared.size} shared seed(s); need ≥ {min_seeds}{without}")
-    ev = paired_evidence(x, v, claim.direction, margin, n_boot=n_boot, seed=seed)
+    ev = paired_evidence(x, v, claim.direction, margin)
     base = replace(
         base, arm_mean=float(x.mean()), versus_mean=float(v.mean()), effect=ev.effect, ci_lo=ev.ci_lo,
         ci_hi=ev.ci_hi, sd=ev.sd, distance=ev.distance,
@@ -328,7 +351,7 @@ def _axis_strata(claim: ClaimSpec, runs: pd.DataFrame, order: Sequence[str]) -> 
 def _judge_trend(
     claim: ClaimSpec, key: str, versus_key: str, label: str, points: list, runs: pd.DataFrame,
     by_key: dict[str, pd.DataFrame], kappa: float | None, min_seeds: int,
-    allow_unmatched: bool, token_tol: float, n_boot: int, seed: int, stops: Mapping[str, Stop],
+    allow_unmatched: bool, token_tol: float, stops: Mapping[str, Stop],
 ) -> Verdict:
     """A trend claim on one point of the other axes: each axis value judged as a group (its reasons
     and notes kept), the seeds paired there, then the per-seed slopes tested against 0 or the margin."""
@@ -348,7 +371,7 @@ def _judge_trend(
     for value, group in points:
         pairs: dict = {}
         one = _judge_one(claim, key, versus_key, group, runs, by_key, kappa, min_seeds, allow_unmatched,
-                         token_tol, n_boot, seed, stops, pairs=pairs)
+                         token_tol, stops, pairs=pairs)
         matched = matched and one.compute_matched
         notes += [f"at {along.axis}={value:g}: {one.notes}"] if one.notes else []
         if not pairs:
@@ -369,7 +392,7 @@ def _judge_trend(
                    margin=margin if claim.direction in ("not_higher", "not_lower", "similar") else math.nan)
     if len(seeds) < 2:
         return replace(base, reason=f"{len(seeds)} seed(s) paired at every {along.axis}; need ≥ {min_seeds}")
-    ev = paired_evidence(slopes.to_numpy(), np.zeros(len(seeds)), claim.direction, margin, n_boot=n_boot, seed=seed)
+    ev = paired_evidence(slopes.to_numpy(), np.zeros(len(seeds)), claim.direction, margin)
     own = {side: float(seed_slopes({v: part[v] for v in values}, along.scale)[0].loc[seeds].mean())
            for side, part in (("arm", arm_side), ("versus", versus_side))}
     base = replace(base, arm_mean=own["arm"], versus_mean=own["versus"], effect=ev.effect, ci_lo=ev.ci_lo,

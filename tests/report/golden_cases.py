@@ -40,7 +40,7 @@ def golden_files(out_dir: Path) -> list[Path]:
 
 def build_case(name: str, out_dir: Path):
     runs, metrics, options = case_options()[name]
-    return build_report(runs, metrics, sweep=f"golden-{name}", out_dir=out_dir, n_boot=500, plots=False, **options)
+    return build_report(runs, metrics, sweep=f"golden-{name}", out_dir=out_dir, plots=False, **options)
 
 
 def regenerate() -> None:

@@ -63,6 +63,6 @@ def report_for(tmp_path: Path, runs=None, metrics=None, **kwargs):
     """build_report on `synthetic_sweep()` (or the frames given) with the tests' defaults."""
     if runs is None:
         runs, metrics = synthetic_sweep()
-    options = dict(sweep="synthetic", baseline="gspo", out_dir=tmp_path / "synthetic", n_boot=2_000)
+    options = dict(sweep="synthetic", baseline="gspo", out_dir=tmp_path / "synthetic")
     options.update(kwargs)
     return build_report(runs, metrics, **options)

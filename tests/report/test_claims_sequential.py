@@ -56,4 +56,25 @@ def test_without_rounds_the_claims_table_is_the_fixed_n_one(tmp_path):
     runs, metrics = synthetic_sweep(seeds=tuple(range(8)))
     table = report_for(tmp_path, runs, metrics, claims=CLAIMS).table("claims")
     assert table.title == "Claims" and "decided" not in table.display.columns
-    assert set(table.data["test"]) == {"paired bootstrap-t"}
+    assert set(table.data["test"]) == {"paired t"}
+
+
+
+def test_a_round_being_submitted_is_not_a_spent_budget():
+    """`sweep --until-decided` judges look 1, records look 2 (reaching --max-seeds) and submits it:
+    look 1's undecided rows are not "decided no (seed budget spent)" while that round runs (issue 35:
+    `budget_spent` read the new look's seeds beside the old look's verdicts)."""
+    from cancelctl.report.sequential_claims import budget_spent
+    from cancelctl.stats.sequential_verdicts import judge_looks
+    from cancelctl.stats.verdicts import judge_claims
+
+    runs, metrics = synthetic_sweep(seeds=tuple(range(8)))
+    rows = judge_looks([judge_claims(CLAIMS, runs[runs["seed"] < 4], metrics)])  # look 1, as the sweep judged it
+    [energy] = [r for r in rows if (r.verdict.claim_id, r.verdict.group) == ("energy", G8)]
+    assert energy.decided_at is None
+    recorded = SeedRounds("synthetic", [0, 1, 2, 3], 2, 6, 0.05, [{("dfpo", G8): [4, 5], ("gspo", G8): [4, 5]}])
+    assert not any(budget_spent(rows, recorded))  # look 1 had 4 of 6 seeds; look 2 is on its way
+    at_look_2 = judge_looks([judge_claims(CLAIMS, runs[runs["seed"] < n], metrics) for n in (4, 6)])
+    spent = dict(zip([(r.verdict.claim_id, r.verdict.group) for r in at_look_2], budget_spent(at_look_2, recorded)))
+    # judged at look 2: undecided rows at G=8 have spent it (6 of 6 seeds), at G=4 not (4 of 6)
+    assert spent[("dispersion", G8)] is True and spent[("dispersion", G4)] is False

@@ -121,8 +121,9 @@ def test_the_collapse_claims_are_judged_from_every_run(stopped_report):
     assert collapse["p_holm"] < 0.05
     assert time["status"] != "cannot judge" and time["test"] == "log-rank (exact permutation)"
     assert time["effect"] < -20 and time["p"] < 0.05  # delta-0 collapses sooner, in steps
-    assert order["status"] != "cannot judge" and order["effect"] == 1.0 and order["n_seeds"] == 5
-    assert "5 of 12 run(s) collapsed" in order["notes"]
+    # 5 of 5 in order: its claim p (2/2⁵) cannot reach 0.05, nor its 95% interval leave out 1/2
+    assert order["status"] == "cannot judge" and order["effect"] == 1.0 and order["n_seeds"] == 5
+    assert "needs ≥ 6" in order["reason"] and "5 of 12 run(s) collapsed" in order["notes"]
     display = stopped_report.table("claims").display.set_index("claim")
     assert display.loc["collapse", "n"] == "6+6" and display.loc["order", "arm vs versus"] == "delta-0, sigma (within runs)"
     assert "5/6 vs 0/6" in display.loc["collapse", "metric"]
@@ -131,9 +132,9 @@ def test_the_collapse_claims_are_judged_from_every_run(stopped_report):
 def test_holm_counts_the_outcome_claims(stopped_report):
     table = verdicts(stopped_report)
     judged = table[table["status"] != "cannot judge"]
-    assert len(judged) == 4
+    assert len(judged) == 3
     smallest = judged["p"].min()
-    assert judged.loc[judged["p"] == smallest, "p_holm"].iloc[0] == pytest.approx(min(1.0, 4 * smallest))
+    assert judged.loc[judged["p"] == smallest, "p_holm"].iloc[0] == pytest.approx(min(1.0, 3 * smallest))
 
 
 def test_the_compute_matched_tables_still_leave_the_stopped_runs_out_and_say_so(stopped_report):

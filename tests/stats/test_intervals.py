@@ -62,8 +62,8 @@ def test_student_t_ci_is_mean_plus_minus_t_times_standard_error():
 
 
 def test_student_t_ci_edge_cases():
-    single = student_t_ci([0.7])
-    assert tuple(single) == (0.7, 0.7, 0.7) and single.degenerate
+    single = student_t_ci([0.7])  # t with 0 degrees of freedom: no interval, never a zero-width one
+    assert single.mean == 0.7 and np.isnan(single.lo) and np.isnan(single.hi) and single.degenerate
     assert tuple(student_t_ci([0.3, 0.3, 0.3])) == (0.3, 0.3, 0.3)  # no spread: zero width, not NaN
     assert not student_t_ci([0.7, 0.8]).degenerate
     with pytest.raises(ValueError, match="finite"):

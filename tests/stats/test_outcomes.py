@@ -45,7 +45,7 @@ def sweep(stopped_at: dict[int, int], seeds=range(5), extra_alerts=()):
 
 def judge(claims, stopped_at, **kw):
     runs, metrics, alerts, stops = sweep(stopped_at, **kw)
-    return judge_claims(claims, runs, metrics, alerts=alerts, stops=stops, n_boot=500)
+    return judge_claims(claims, runs, metrics, alerts=alerts, stops=stops)
 
 
 def test_collapse_rate_counts_every_run():
@@ -70,7 +70,16 @@ def test_time_to_collapse_uses_stopped_runs_as_events_and_finished_runs_as_censo
     # restricted mean up to 100: (40 + 55 + 70 + 90 + 100)/5 = 71 vs 100
     assert (v.arm_mean, v.versus_mean, v.effect) == (pytest.approx(71.0), 100.0, pytest.approx(-29.0))
     # 4 events, all in 'bad': relabellings as extreme put all four there, with 1 of the 6 others: 6/C(10,5)
-    assert v.p == pytest.approx(6 / 252) and v.distance > 0 and v.log_hazard_ratio > 0
+    # one-sided, doubled (claim p: each side at α/2, one tail of the 95% interval)
+    assert v.p == pytest.approx(2 * 6 / 252) and v.distance > 0 and v.log_hazard_ratio > 0
+
+
+def test_time_to_collapse_with_no_collapse_says_so_instead_of_a_zero_difference():
+    """No run of either arm collapsed: there is no time to compare (issue 35: it printed +0 [+0, +0],
+    inconclusive); the claim says so as the alert order does, and stays out of Holm's family."""
+    [v] = judge([claim("time_to_collapse", rule="reward_collapse")], {})  # the rule reads the logged reward
+    assert v.status == "cannot judge" and v.reason == "no run of bad or ok collapsed (reward_collapse)"
+    assert math.isnan(v.effect) and math.isnan(v.p) and v.metric.endswith("(0/5 vs 0/5 collapsed)")
 
 
 def test_a_run_stopped_by_another_rule_is_censored_not_counted():
@@ -81,12 +90,12 @@ def test_a_run_stopped_by_another_rule_is_censored_not_counted():
                                                   stops, {r: BUDGET for r in runs["run_id"]})}
     assert outcomes["bad-s4"].collapsed is False and outcomes["bad-s4"].step == 30
     assert outcomes["bad-s4"].cut_by == "reward_collapse" and outcomes["bad-s0"].collapsed
-    [rate] = judge_claims([claim("collapse_rate")], runs, metrics, alerts=alerts, stops=stops, n_boot=500)
+    [rate] = judge_claims([claim("collapse_rate")], runs, metrics, alerts=alerts, stops=stops)
     assert (rate.n_seeds, rate.arm_mean) == (4, 0.5)  # left out of the rate, and said
     assert "1 run(s) of 'bad' stopped by another rule" in rate.notes and "reward_collapse at step 30" in rate.notes
     # a list of rules makes it a collapse
     [both] = judge_claims([claim("collapse_rate", rule=["entropy_collapse", "reward_collapse"])], runs, metrics,
-                          alerts=alerts, stops=stops, n_boot=500)
+                          alerts=alerts, stops=stops)
     assert (both.n_seeds, both.arm_mean) == (5, 0.6)
 
 
@@ -94,8 +103,11 @@ def test_alert_order_needs_enough_collapsing_runs():
     [few] = judge([claim("alert_order")], {0: 40, 1: 55, 2: 70, 3: 90})
     assert few.status == "cannot judge" and "4 collapsing run(s)" in few.reason and math.isnan(few.p)
     assert few.effect == 1.0 and few.metric.endswith("4 of 4 collapsing run(s)")
+    [five] = judge([claim("alert_order")], {s: 40 + 10 * s for s in range(5)}, seeds=range(5))
+    assert five.status == "cannot judge" and "needs ≥ 6" in five.reason  # 5 of 5: claim p 2/2⁵ > 0.05
     [enough] = judge([claim("alert_order")], {s: 40 + 10 * s for s in range(6)}, seeds=range(6))
-    assert enough.judged and enough.p == pytest.approx(1 / 64) and enough.arm == "bad"  # 6 of 6: 1/2⁶
+    assert enough.judged and enough.p == pytest.approx(2 / 64) and enough.arm == "bad"  # 6 of 6: 2 · 1/2⁶
+    assert enough.status == "supported" and enough.ci_lo > 0.5  # Clopper–Pearson: the sign test's own interval
 
 
 def test_alert_order_counts_a_missing_or_late_first_alert_against_and_leaves_ties_out():

@@ -120,10 +120,12 @@ def test_the_first_decision_stands_and_tost_needs_both_sides():
     assert decision.p_for == pytest.approx(0.04)
     assert first_decision(looks[:1], 0.05).status == "inconclusive"
     assert first_decision([LookEvidence(4, (1.0,), 40.0)], 0.05).status == "contradicted"
-    # TOST: one side crossed at look 1, the other at look 2 (each by its running maximum)
-    tost = [LookEvidence(4, (30.0, 2.0), 0.1), LookEvidence(6, (5.0, 21.0), 0.1)]
-    assert first_decision(tost[:1], 0.05).status == "inconclusive"
-    assert (first_decision(tost, 0.05).status, first_decision(tost, 0.05).look) == ("supported", 2)
+    # TOST: both sides at one look (then the interval shown at that look lies inside both margins):
+    # one side crossed at look 1 and the other at look 2 is not yet a decision
+    tost = [LookEvidence(4, (30.0, 2.0), 0.1), LookEvidence(6, (5.0, 21.0), 0.1), LookEvidence(8, (22.0, 25.0), 0.1)]
+    assert first_decision(tost[:2], 0.05).status == "inconclusive"
+    decided = first_decision(tost, 0.05)
+    assert (decided.status, decided.look, decided.e_for) == ("supported", 3, 22.0)
     # a Bonferroni share of α raises the bar
     assert first_decision(looks, level=0.05 / 8).status == "inconclusive"
 
@@ -143,8 +145,8 @@ def test_simulated_null_sweeps_the_sequential_test_keeps_alpha_where_repeated_fi
     """4,000 simulated sweeps of one claim under a true null, the differences with the lab's spread:
     the chance of any false "supported" over all looks stays ≤ α (the Wilson 95% interval's upper end),
     while the one-sided paired t-test at α repeated at every look exceeds α (its interval's lower end).
-    The t-test stands in for the report's bootstrap-t, which rejects at about its rate from 4 seeds
-    (tests/stats/test_verdicts.py); benchmarks/bench_sequential.py runs the bootstrap-t itself."""
+    The one-sided t-test at α is the fixed-n verdict's test at twice its level (the report's verdict
+    takes each side at α/2); benchmarks/bench_sequential.py also runs the bootstrap-t it replaced."""
     rng = np.random.default_rng(2023)
     d = rng.normal(0.0, LAB_SD, size=(SWEEPS, looks[-1]))
     sequential = np.zeros(SWEEPS, bool)

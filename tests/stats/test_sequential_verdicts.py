@@ -46,14 +46,15 @@ def test_rows_without_two_seeds_or_numbers_cannot_be_judged_and_want_no_seeds():
     (m,) = judge_looks([[missing], [missing]])
     assert m.verdict.status == "cannot judge" and m.verdict.reason == "not logged: key"
     assert (m.looks, m.decided_at, m.wants_seeds) == (0, None, False)
-    # 2 and 3 seeds: the bootstrap-t would not judge them ("a verdict needs ≥ 4"); the e-process does
+    # 2 and 3 seeds: the fixed-n verdict would not judge them ("a verdict needs ≥ 4"); the e-process does
     few = row("f", 3, 1.0, 0.0, status="cannot judge", reason="3 shared seeds; a verdict needs ≥ 4")
     (f,) = judge_looks([[few]], alpha=0.1)
     assert f.verdict.status == "supported" and f.verdict.reason == ""  # E(3) = 13.8 ≥ 1/0.1
 
 
 def test_outcome_claims_are_judged_once_at_the_last_look_with_bonferroni():
-    rate = row("c", 8, -0.5, math.nan, kind="collapse_rate", p=0.004, p_against=1.0, test="Boschloo exact", n_versus=8)
+    rate = row("c", 8, 0.5, math.nan, kind="collapse_rate", p=0.004, p_against=1.0, test="Boschloo exact", n_versus=8,
+               ci_lo=0.1, ci_hi=0.8)
     paired = row("p", 8, 0.0, 1.0)
     judged = judge_looks([[replace(rate, p=0.5), paired], [rate, paired]])
     c = judged[0]

@@ -94,7 +94,7 @@ def test_no_trend_gives_alpha_false_supported_even_with_seeds_shared_across_valu
     supported = 0
     for i in range(sweeps):
         slopes, _ = seed_slopes(table(d[i]), "log")
-        ev = paired_evidence(slopes.to_numpy(), np.zeros(seeds), "higher", n_boot=300, seed=i)
+        ev = paired_evidence(slopes.to_numpy(), np.zeros(seeds), "higher")
         supported += decide(ev.p_for, ev.p_against) == "supported"
     rate = supported / sweeps
     assert rate <= 0.05 + 3.5 * np.sqrt(0.05 * 0.95 / sweeps)
@@ -149,7 +149,7 @@ def frames(gain, seeds: int = 6, values=G, noise: float = 0.01, seed: int = 0, l
 def test_a_growing_gain_is_supported_and_its_opposite_contradicted():
     runs, metrics = frames(lambda g: 0.03 * np.log2(g))
     up, down, flat = judge_claims([claim(), claim(id="shrinks", direction="lower"),
-                                   claim(id="flat", direction="similar", margin=0.01)], runs, metrics, n_boot=2000)
+                                   claim(id="flat", direction="similar", margin=0.01)], runs, metrics)
     assert (up.status, down.status, flat.status) == ("supported", "contradicted", "contradicted")
     assert up.effect == pytest.approx(0.03, abs=0.005) and up.ci_lo <= up.effect <= up.ci_hi and up.ci_lo > 0
     assert up.n_seeds == 6 and up.axis == "rollout.G" and up.group == "rollout.G in {2, 4, 8, 16}"
@@ -163,17 +163,17 @@ def test_a_growing_gain_is_supported_and_its_opposite_contradicted():
 def test_a_constant_gain_is_no_trend():
     """b beats a by 0.1 at every G: per group "higher" is supported, the trend is not."""
     runs, metrics = frames(lambda g: 0.1, noise=0.02, seed=1)
-    per_group = judge_claims([claim(along=None)], runs, metrics, n_boot=1000)
+    per_group = judge_claims([claim(along=None)], runs, metrics)
     assert [v.status for v in per_group] == ["supported"] * 4
-    [trend] = judge_claims([claim()], runs, metrics, n_boot=2000)
+    [trend] = judge_claims([claim()], runs, metrics)
     assert trend.status == "inconclusive" and abs(trend.effect) < 0.01
-    [flat] = judge_claims([claim(direction="similar", margin=0.02)], runs, metrics, n_boot=2000)
+    [flat] = judge_claims([claim(direction="similar", margin=0.02)], runs, metrics)
     assert flat.status == "supported" and flat.margin == 0.02
 
 
 def test_trend_rows_join_the_reports_holm_family():
     runs, metrics = frames(lambda g: 0.03 * np.log2(g))
-    verdicts = judge_claims([claim(), claim(id="per-group", along=None)], runs, metrics, n_boot=1000)
+    verdicts = judge_claims([claim(), claim(id="per-group", along=None)], runs, metrics)
     assert len(verdicts) == 1 + len(G)
     p = np.array([v.p for v in verdicts])
     order = np.argsort(p)
@@ -183,7 +183,7 @@ def test_trend_rows_join_the_reports_holm_family():
 
 def test_one_row_per_point_of_the_other_axes():
     runs, metrics = frames(lambda g: 0.03 * np.log2(g), values=(4, 8, 16), lrs=(1e-3, 2e-3))
-    verdicts = judge_claims([claim()], runs, metrics, n_boot=500)
+    verdicts = judge_claims([claim()], runs, metrics)
     assert [v.group for v in verdicts] == ["algorithm.lr=0.001,rollout.G in {4, 8, 16}",
                                            "algorithm.lr=0.002,rollout.G in {4, 8, 16}"]
     assert all(v.status == "supported" for v in verdicts)
@@ -192,7 +192,7 @@ def test_one_row_per_point_of_the_other_axes():
 def test_three_seeds_show_the_numbers_but_no_verdict():
     """The lab demo's case: 3 seeds at G 4 and 8 — the slope and CI are shown, the verdict needs 4."""
     runs, metrics = frames(lambda g: 0.03 * np.log2(g), seeds=3, values=(4, 8))
-    [v] = judge_claims([claim()], runs, metrics, n_boot=500)
+    [v] = judge_claims([claim()], runs, metrics)
     assert v.status == "cannot judge" and "3 seeds paired at every rollout.G" in v.reason
     assert v.effect == pytest.approx(0.03, abs=0.02) and np.isfinite(v.ci_lo)
 
@@ -200,27 +200,27 @@ def test_three_seeds_show_the_numbers_but_no_verdict():
 def test_a_seed_missing_at_one_value_is_left_out_and_said():
     runs, metrics = frames(lambda g: 0.03 * np.log2(g))
     gone = runs["run_id"] == "b-rollout.G=8-s5"
-    [v] = judge_claims([claim()], runs[~gone], metrics, n_boot=500)
+    [v] = judge_claims([claim()], runs[~gone], metrics)
     assert v.n_seeds == 5 and "seed(s) 5 not paired at every rollout.G: left out" in v.notes
     assert "arm − versus at rollout.G=2: " in v.notes
 
 
 def test_missing_inputs_are_named():
     runs, metrics = frames(lambda g: 0.03 * np.log2(g))
-    [no_axis] = judge_claims([claim()], runs.drop(columns="axis.rollout.G"), metrics, n_boot=200)
+    [no_axis] = judge_claims([claim()], runs.drop(columns="axis.rollout.G"), metrics)
     assert no_axis.status == "cannot judge" and "no run carries a rollout.G value" in no_axis.reason
     no_arm = runs[~((runs["arm"] == "b") & (runs["G"] == 8))]
-    [v] = judge_claims([claim()], no_arm, metrics, n_boot=200)
+    [v] = judge_claims([claim()], no_arm, metrics)
     assert v.reason == "at rollout.G=8: arm 'b' has no runs in this group"
-    [one] = judge_claims([claim()], runs[runs["G"] == 4], metrics, n_boot=200)
+    [one] = judge_claims([claim()], runs[runs["G"] == 4], metrics)
     assert "needs ≥ 2 distinct numeric values" in one.reason
-    [not_logged] = judge_claims([claim(metric={"kind": "mean", "key": "hacking/J"})], runs, metrics, n_boot=200)
+    [not_logged] = judge_claims([claim(metric={"kind": "mean", "key": "hacking/J"})], runs, metrics)
     assert "not logged: hacking/J" in not_logged.reason
 
 
 def test_the_report_row_and_notes():
     runs, metrics = frames(lambda g: 0.03 * np.log2(g))
-    verdicts = judge_claims([claim()], runs, metrics, n_boot=500)
+    verdicts = judge_claims([claim()], runs, metrics)
     [row] = verdict_rows(verdicts)
     assert row["verdict"] == "supported" and row["n"] == "6" and row["effect [95% CI]"].startswith("+0.0")
     assert row["group"] == "rollout.G in {2, 4, 8, 16}" and "per doubling of rollout.G" in row["metric"]
