@@ -69,6 +69,7 @@ class Executor(ABC):
     waits_by_default: ClassVar[bool] = True  # `sweep` follows the runs unless --no-wait
     poll_s: ClassVar[float] = 1.0  # how often a waiting launcher asks for states
     reconcile_on_status: ClassVar[bool] = False  # `status` resolves this executor's intents (when no launcher is busy)
+    stops_with_launcher: ClassVar[bool] = False  # an interrupted launch stops the runs it queued or started
 
     # -- launch --------------------------------------------------------------------------------
 

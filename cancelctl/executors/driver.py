@@ -79,6 +79,7 @@ class DrivenExecutor(Executor):
     """Submission = queueing in the manifest; a driver process starts the queued runs."""
 
     controller_signal = signal.SIGINT  # how a run's controller is stopped once the run is gone
+    stops_with_launcher = True  # the launcher (or its detached driver) owns these runs: they end with it
 
     @abstractmethod
     def drive_queue(self, paths: SweepPaths, tick: Tick | None, job_ids: list[str]) -> None:
@@ -134,8 +135,13 @@ class DrivenExecutor(Executor):
             state.state, state.reason = CANCELLED, "interrupted" + (" by cancelctl" if cancelled_by_us(entry, sub) else "")
         elif error is not None:
             state.state, state.reason = FAILED, error[1]
+        elif not started and cancelled_by_us(entry, sub):  # stopped while it started: what cancel promised
+            state.state, state.reason = CANCELLED, "cancelled before it started (cancelctl cancel, or an interrupted launch)"
         elif not started:
             state.state, state.reason = UNSUBMITTED, "its process ended before the run started"
+        elif cancelled_by_us(entry, sub):  # stopped by cancelctl before it could record it (still starting)
+            state.state = CANCELLED
+            state.reason = "interrupted by cancelctl while it started; a rerun resumes it"
         else:  # no result, no error: killed from outside (SIGKILL, a closed terminal, the OOM killer)
             state.state = CANCELLED
             state.reason = (f"interrupted: process {sub.job_id} was killed (no result, no error); "

@@ -12,9 +12,9 @@ from cancelctl.executors.base import SchedulerError
 from cancelctl.executors.driver import driver_alive
 from cancelctl.fileio import file_lock, file_lock_if_free, read_json
 from cancelctl.manifest import ManifestBusy
-from cancelctl.runstate import CANCELLED, COMPLETED, STOPPED, TERMINAL, RunState, SweepStates
+from cancelctl.runstate import CANCELLED, COMPLETED, STOPPED, TERMINAL, UNSUBMITTED, RunState, SweepStates
 from cancelctl.launch.states import sweep_states
-from cancelctl.workdir import RunFolder, SweepPaths, existing_sweep, latest_sweep
+from cancelctl.workdir import RunFolder, SweepPaths, existing_sweep, latest_sweep, sweep_paths
 
 log = logging.getLogger("cancelctl.launch")
 
@@ -103,57 +103,80 @@ def wait_for_sweep(
 def cancel_sweep(workdir: Path, sweep: str) -> list[str]:
     """Stop every queued, pending and running run of `sweep`; returns the cancelled job ids (SLURM
     array ids, local process ids). Returns once none of them is left running (or raises
-    TimeoutError after CANCEL_TIMEOUT_S)."""
-    paths = existing_sweep(workdir, sweep)
+    TimeoutError after CANCEL_TIMEOUT_S). A sweep whose first launch is still planning (its folder
+    and submit lock exist, its manifest not yet) is waited for, then cancelled: never 'unknown'."""
+    paths = sweep_paths(workdir, sweep)
+    if not (paths.submit_lock.exists() and not paths.store.exists()):
+        paths = existing_sweep(workdir, sweep)
+    with file_lock(paths.submit_lock, CANCEL_TIMEOUT_S, what=f"sweep {sweep} submission"):
+        paths = existing_sweep(workdir, sweep)  # the launch it waited for may have failed before registering
+        return _stop(paths, only=None)
+
+
+def stop_runs(paths: SweepPaths, run_ids: list[str]) -> list[str]:
+    """What an interrupted launch does to the runs it queued or started (a SIGTERM to `cancelctl
+    sweep`): `cancel` for those runs alone — unqueued, stopped at a step boundary, `cancelled`."""
+    with file_lock(paths.submit_lock, CANCEL_TIMEOUT_S, what=f"sweep {paths.sweep} submission"):
+        return _stop(paths, only=set(run_ids))
+
+
+def _stop(paths: SweepPaths, only: set[str] | None) -> list[str]:
+    """Mark the active and queued runs (of `only`, or all: the sweep itself is then marked cancelled)
+    cancelled and stop them; the caller holds the submit lock."""
+    sweep = paths.sweep
     cancelled: list[str] = []
     stopped: dict[str, list[str]] = {}  # executor -> job ids it stopped
-    with file_lock(paths.submit_lock, CANCEL_TIMEOUT_S, what=f"sweep {sweep} submission"):
-        reconcile(paths, wait_local=False)
-        manifest = paths.store.load()
-        first = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
-        if first.unreachable:  # which jobs still run is unknown: nothing is marked, nothing half-done
-            raise SchedulerError(f"{first.unreachable}; nothing was cancelled: run `cancelctl cancel {sweep}` "
-                                 f"again once SLURM answers")
-        active_ids = {s.run_id for s in first if s.active}
-        now = time.time()
-        with paths.store.update() as manifest:  # nothing queued is started after this
+    reconcile(paths, wait_local=False)
+    manifest = paths.store.load()
+    first = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
+    if first.unreachable:  # which jobs still run is unknown: nothing is marked, nothing half-done
+        raise SchedulerError(f"{first.unreachable}; nothing was cancelled: run `cancelctl cancel {sweep}` "
+                             f"again once SLURM answers")
+    active_ids = {s.run_id for s in first if s.active and (only is None or s.run_id in only)}
+    if only is not None:  # a launch's own runs: one its interrupt caught mid-submission ends cancelled too
+        active_ids |= {s.run_id for s in first if s.run_id in only and s.state == UNSUBMITTED}
+    now = time.time()
+    with paths.store.update() as manifest:  # nothing queued is started after this
+        if only is None:
             manifest.cancelled_at = now
-            for run_id, entry in manifest.runs.items():
-                if run_id in active_ids or entry.queued_at is not None:  # a run that already ended keeps its state
-                    entry.queued_at = None
-                    entry.cancelled_at = now
-        deadline = time.monotonic() + CANCEL_TIMEOUT_S
-        signalled: dict[str, float] = {}
-        try:
-            while True:
-                manifest = paths.store.load()
-                states = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
-                if states.unreachable:
-                    raise SchedulerError(states.unreachable)
-                active = [s for s in states if s.active]
-                if not active:
-                    break
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"sweep {sweep}: still active {CANCEL_TIMEOUT_S:.0f} s after cancel: "
-                                       f"{', '.join(s.name for s in active)}")
-                by_executor: dict[str, list[RunState]] = {}
-                for state in active:
-                    if state.executor is not None:
-                        by_executor.setdefault(state.executor, []).append(state)
-                for name, runs in sorted(by_executor.items()):
-                    ids = get_executor(name).cancel(paths, runs, signalled)
-                    cancelled.extend(ids)
-                    stopped.setdefault(name, []).extend(ids)
-                time.sleep(0.5)
-            for name, ids in stopped.items():
-                get_executor(name).wait_stopped(ids, deadline)
-        except SchedulerError as exc:
-            raise SchedulerError(f"sweep {sweep}: {exc}; the sweep is marked cancelled (none of its queued runs will "
-                                 f"start), but its jobs may still run: `cancelctl cancel {sweep}` again once SLURM "
-                                 f"answers") from None
-        except TimeoutError as exc:
-            raise TimeoutError(f"sweep {sweep}: {exc}" if not str(exc).startswith("sweep ") else str(exc)) from None
-    settle_tracking(states)
+        for run_id, entry in manifest.runs.items():
+            if only is not None and run_id not in only:
+                continue
+            if run_id in active_ids or entry.queued_at is not None:  # a run that already ended keeps its state
+                entry.queued_at = None
+                entry.cancelled_at = now
+    deadline = time.monotonic() + CANCEL_TIMEOUT_S
+    signalled: dict[str, float] = {}
+    try:
+        while True:
+            manifest = paths.store.load()
+            states = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
+            if states.unreachable:
+                raise SchedulerError(states.unreachable)
+            active = [s for s in states if s.active and (only is None or s.run_id in only)]
+            if not active:
+                break
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"sweep {sweep}: still active {CANCEL_TIMEOUT_S:.0f} s after cancel: "
+                                   f"{', '.join(s.name for s in active)}")
+            by_executor: dict[str, list[RunState]] = {}
+            for state in active:
+                if state.executor is not None:
+                    by_executor.setdefault(state.executor, []).append(state)
+            for name, runs in sorted(by_executor.items()):
+                ids = get_executor(name).cancel(paths, runs, signalled)
+                cancelled.extend(ids)
+                stopped.setdefault(name, []).extend(ids)
+            time.sleep(0.5)
+        for name, ids in stopped.items():
+            get_executor(name).wait_stopped(ids, deadline)
+    except SchedulerError as exc:
+        raise SchedulerError(f"sweep {sweep}: {exc}; the sweep is marked cancelled (none of its queued runs will "
+                             f"start), but its jobs may still run: `cancelctl cancel {sweep}` again once SLURM "
+                             f"answers") from None
+    except TimeoutError as exc:
+        raise TimeoutError(str(exc) if str(exc).startswith(f"sweep {sweep}") else f"sweep {sweep}: {exc}") from None
+    settle_tracking([s for s in states if only is None or s.run_id in only])
     return cancelled
 
 
@@ -220,4 +243,4 @@ def _status_of_unclosed(state: RunState) -> str:
     return "KILLED" if state.state == CANCELLED or state.cancel_requested else "FAILED"
 
 
-__all__ = ["cancel_sweep", "latest_sweep", "list_sweeps", "reconcile", "settle_tracking", "sweep_status", "wait_for_sweep"]
+__all__ = ["stop_runs", "cancel_sweep", "latest_sweep", "list_sweeps", "reconcile", "settle_tracking", "sweep_status", "wait_for_sweep"]

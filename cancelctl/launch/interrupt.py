@@ -1,7 +1,12 @@
 """A launcher interrupted by a signal: Ctrl-C (SIGINT), SIGTERM and a closed terminal (SIGHUP) all end
 `cancelctl sweep` the same way, as a KeyboardInterrupt, so the driver lets go of the sweep and the
 user learns how to resume. Runs interrupted with it end `cancelled` (resumable), never `failed`.
-SIGKILL cannot be caught: its runs are classified as interrupted by the executor (`DrivenExecutor.classify`)."""
+SIGKILL cannot be caught: its runs are classified as interrupted by the executor (`DrivenExecutor.classify`).
+
+A signal is also recorded (`raise_if_interrupted`): an exception raised by a handler can be lost —
+Python prints and drops one raised while a finalizer (`__del__`) runs — so the launcher's loops ask
+again at each tick, and a signal is never lost. While the launch stops its runs
+(`signals_recorded`), further signals are only recorded: a second SIGTERM must not cut that short."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import threading
 from collections.abc import Iterator
 
 CAUGHT = (signal.SIGTERM, signal.SIGHUP)
+_received: list[int] = []  # signals caught since the block began, first first
 
 
 class Interrupted(KeyboardInterrupt):
@@ -33,9 +39,33 @@ def signals_interrupt(signums: tuple[int, ...] = CAUGHT) -> Iterator[None]:
         return
 
     def raise_interrupted(signum: int, frame) -> None:
+        _received.append(signum)
         raise Interrupted(signum)
 
+    _received.clear()
     previous = {signum: signal.signal(signum, raise_interrupted) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        _received.clear()
+
+
+def raise_if_interrupted() -> None:
+    """Interrupted when a caught signal came since `signals_interrupt` began (its exception may have
+    been dropped by a finalizer that was running when it landed)."""
+    if _received:
+        raise Interrupted(_received[0])
+
+
+@contextlib.contextmanager
+def signals_recorded(signums: tuple[int, ...] = (signal.SIGINT, *CAUGHT)) -> Iterator[None]:
+    """Inside the block a signal is only recorded: a launch stopping its runs finishes doing so."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, lambda signum, frame: _received.append(signum)) for signum in signums}
     try:
         yield
     finally:

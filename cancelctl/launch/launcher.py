@@ -26,7 +26,8 @@ from cancelctl.executors import DEFAULT_EXECUTOR, get_executor
 from cancelctl.executors.base import ArrayPlan, Executor, SchedulerError
 from cancelctl.executors.driver import driver_alive
 from cancelctl.jobs.outcome import archive_error, archive_stop
-from cancelctl.launch.control import reconcile, sweep_status, wait_for_sweep
+from cancelctl.launch.control import reconcile, stop_runs, sweep_status, wait_for_sweep
+from cancelctl.launch.interrupt import raise_if_interrupted, signals_recorded
 from cancelctl.launch.preflight import finished_in_tracking_store, refuse_unlaunchable, unusable_tracking_stores
 from cancelctl.launch.prepare import prepare_run, write_adopted_result
 from cancelctl.launch.states import sweep_states
@@ -107,7 +108,21 @@ def launch_sweep(
     if dry_run:
         return _dry_run(paths, sweep, runner, plan, retry_failed, result, retry_stopped)
     runner.check_available()
+    launched: list[str] = []  # the runs this launch queued or submitted: an interrupt stops them
+    try:
+        return _launch(paths, sweep, runner, plan, kind, started_at, retry_failed, retry_stopped, wait, progress,
+                       result, launched)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM / SIGHUP turned into one (cancelctl.launch.interrupt)
+        if runner.stops_with_launcher and launched:  # the runs it drives end with it, `cancelled`
+            with signals_recorded():  # a second signal must not cut the stop short
+                stop_runs(paths, launched)
+        raise
 
+
+def _launch(paths: SweepPaths, sweep: Sweep, runner: Executor, plan, kind: str, started_at: float, retry_failed: bool,
+            retry_stopped: bool, wait: bool, progress: Progress | None, result: LaunchResult,
+            launched: list[str]) -> LaunchResult:
+    workdir = paths.workdir
     paths.sweep_dir.mkdir(parents=True, exist_ok=True)
     with file_lock(paths.submit_lock, SUBMIT_LOCK_TIMEOUT_S, what=f"sweep {sweep.name} submission") as lock_fd:
         runner.test_submission(paths, plan)
@@ -130,6 +145,8 @@ def launch_sweep(
         for run in to_submit:
             archive_error(paths.run_dir(run.run_id, run.name))
             archive_stop(paths.run_dir(run.run_id, run.name))  # a stopped run resubmitted is no longer stopped
+        launched.extend(run.run_id for run in to_submit)
+        raise_if_interrupted()
         done = runner.submit(paths, to_submit, plan, lock_fd)
         result.submitted.extend(done.submitted)
         result.job_ids.extend(done.job_ids)
@@ -159,10 +176,15 @@ def note_cancelled(result: LaunchResult, launched: set[str]) -> None:
 
 
 def _progress_tick(paths: SweepPaths, progress: Progress | None):
-    """The executor's driver reports steps; the progress bar wants the sweep's states."""
-    if progress is None:
-        return None
-    return lambda alive: progress([s for s in sweep_states(paths, paths.store.load(), driver_alive=alive) if not s.stale])
+    """The executor's driver reports each step: a signal whose exception was lost ends the launch
+    here (`raise_if_interrupted`), and the progress bar gets the sweep's states."""
+
+    def tick(alive: bool) -> None:
+        raise_if_interrupted()
+        if progress is not None:
+            progress([s for s in sweep_states(paths, paths.store.load(), driver_alive=alive) if not s.stale])
+
+    return tick
 
 
 # ---------------------------------------------------------------------------------- planning

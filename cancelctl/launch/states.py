@@ -104,11 +104,14 @@ def run_state(
         state.state, state.reason = (QUEUED, "waiting for a free core") if driver_alive else (UNSUBMITTED, "queued, but no launcher is running")
         return state
     if cancelled_before_start(entry, latest):
-        state.state, state.reason = CANCELLED, "cancelled before it started (cancelctl cancel)"
+        state.state, state.reason = CANCELLED, "cancelled before it started (cancelctl cancel, or an interrupted launch)"
         return state
     if latest is None:
         return state
     sub, index = latest
+    if not run_dir.is_dir() and sub.state in (SUBMITTED, ABANDONED, SUBMIT_FAILED):  # never "ended before it started"
+        state.reason = f"its run folder {run_dir} is gone (deleted or moved): a rerun runs it again from the start"
+        return state
     if sub.state == ABANDONED:
         state.reason = "its submission never reached the scheduler (launcher killed before sbatch)"
     elif sub.state == SUBMIT_FAILED:
