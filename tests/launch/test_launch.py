@@ -712,3 +712,12 @@ def test_cancel_in_warm_start_leaves_runs_cancelled_and_sweep_exits_3(tmp_path, 
     monkeypatch.setattr(launcher, "refuse_unlaunchable", refuse)
     plan = launch_sweep(sweep, workdir=workdir, executor="local", dry_run=True)
     assert sorted(plan.submitted) == sorted(r.run_id for r in sweep.runs)  # a plain rerun submits them again
+
+
+def test_a_completed_run_whose_folder_was_deleted_says_so(tmp_path, workdir):
+    sweep = load_sweep(write_sweep(tmp_path, "gone", arms={"grpo": {"algorithm": {"loss": "grpo"}}}, seeds=(0,), steps=2))
+    (state,) = launch_sweep(sweep, workdir=workdir, executor="debug").states
+    shutil.rmtree(state.run_dir)
+    (after,) = sweep_status(workdir, sweep.name)
+    assert after.state == "unsubmitted" and "run folder" in after.reason and "is gone" in after.reason, after.reason
+    assert "ended before the run started" not in after.reason
