@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cancelctl.errors import SpecError
+from cancelctl.spec.claims import claims_rule_warnings, rules_off_by_arm
 from cancelctl.spec.expand import load_sweep
 
 
@@ -54,6 +55,8 @@ def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_
             results.append(FileResult(path, False, title=exc.title, lines=exc.render(limit=10**6).splitlines()))
             continue
         note = f", NOT compute-matched: {len(sweep.warnings)} warnings" if sweep.warnings else ""
+        off = rules_off_by_arm((run.arm, run.spec.monitor) for run in sweep.runs)
+        note += "".join(f"; warning: {w}" for w in claims_rule_warnings(sweep.spec.claims, off))
         results.append(FileResult(path, True, n_runs=len(sweep.runs), note=note))
         runs = [r for r in sweep.runs if r.spec.backend == "verl"]
         if runs:

@@ -6,7 +6,7 @@ plots (`plots/`) into `out_dir`; prints the tables to a rich console when one is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,6 +65,7 @@ def build_report(
     alerts: SweepAlerts | None = None,
     include_stopped: bool = False,
     seed_rounds: SeedRounds | None = None,
+    rules_off: Mapping[str, Collection[str]] | None = None,
 ) -> Report:
     """Build the sweep report and write it to `out_dir` (the report folder itself, e.g.
     results/<sweep>; see `default_report_dir`).
@@ -80,6 +81,8 @@ def build_report(
     judged at every look by the e-process (`cancelctl.report.sequential_claims`).
     `alerts`: the monitor's alerts and stops from the run folders (`read_sweep_alerts`): an "Alerts"
     table, and runs a rule stopped left out of the tables unless `include_stopped` (a note says so).
+    `rules_off`: arm -> the monitor rules that are off in its runs (`spec.claims.rules_off_by_arm`): an
+    outcome claim on one of them says it cannot be judged.
     Points that cannot be right (non-finite, outside the run's budget) are rejected and listed in a
     "Rejected points" table; finished runs whose points end before their budget are left out unless
     `include_unfinished` (`cancelctl.report.screening`).
@@ -130,10 +133,11 @@ def build_report(
             judged_on, _ = prepare_sweep(screened.runs, screened.metrics, baseline, include_unfinished)
         if seed_rounds is not None:  # run until decided: every claim at every look, by the e-process
             judged = sequential_verdicts(judged_on, claims, seed_rounds, threshold=threshold, metric=metric,
-                                         allow_unmatched=allow_unmatched, token_tol=token_tol, alerts=alerts)
+                                         allow_unmatched=allow_unmatched, token_tol=token_tol, alerts=alerts,
+                                         rules_off=rules_off)
             tables.insert(0, sequential_claims_table(judged, seed_rounds))
         else:
-            tables.insert(0, claims_table(judged_on, claims, kappa, allow_unmatched, token_tol, alerts))
+            tables.insert(0, claims_table(judged_on, claims, kappa, allow_unmatched, token_tol, alerts, rules_off))
         if claims_only:
             for table in tables[1:]:
                 table.shown = False
@@ -168,7 +172,7 @@ def check_metric(metric: str, metrics: pd.DataFrame) -> None:
     )
 
 
-def claims_table(prepared, claims, kappa, allow_unmatched, token_tol, alerts=None) -> ReportTable:
+def claims_table(prepared, claims, kappa, allow_unmatched, token_tol, alerts=None, rules_off=None) -> ReportTable:
     """The sweep file's claims judged on this sweep, every run included (a run a monitor rule
     stopped too): supported / contradicted / inconclusive (or why not judged), effect with 95% CI,
     claim p and Holm-adjusted p, seeds needed; a note per claim that used or left out stopped runs."""
@@ -176,6 +180,7 @@ def claims_table(prepared, claims, kappa, allow_unmatched, token_tol, alerts=Non
         claims, prepared.runs, prepared.by_key, kappa=kappa, groups=prepared.groups,
         allow_unmatched=allow_unmatched, token_tol=token_tol,
         alerts=alerts.alerts if alerts is not None else None, stops=alerts.stops if alerts is not None else None,
+        rules_off=rules_off,
     )
     return ReportTable(
         "claims", "Claims", pd.DataFrame(verdicts_as_records(judged)),

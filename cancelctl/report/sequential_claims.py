@@ -42,7 +42,7 @@ def claims_kappa(prepared: PreparedSweep, rounds: SeedRounds, threshold: float |
 
 def sequential_verdicts(
     prepared: PreparedSweep, claims: Sequence[ClaimSpec], rounds: SeedRounds, *, threshold: float | None = None,
-    metric: str = REWARD_KEY, allow_unmatched: bool = False, token_tol: float = 0.10, alerts=None,
+    metric: str = REWARD_KEY, allow_unmatched: bool = False, token_tol: float = 0.10, alerts=None, rules_off=None,
 ) -> list[SequentialVerdict]:
     """Every claim row judged at every look, then decided by the e-process (Bonferroni over the rows)."""
     kappa = claims_kappa(prepared, rounds, threshold, metric)
@@ -53,6 +53,7 @@ def sequential_verdicts(
             claims, at_look, prepared.by_key, kappa=kappa, groups=prepared.groups, allow_unmatched=allow_unmatched,
             token_tol=token_tol,
             alerts=alerts.alerts if alerts is not None else None, stops=alerts.stops if alerts is not None else None,
+            rules_off=rules_off,
         ))
     return judge_looks(per_look, alpha=rounds.alpha)
 

@@ -64,7 +64,7 @@ def report_sweep(
             claims=list(planned.spec.claims) if planned is not None else [], claims_only=claims_only,
             notes=store_notes + stale_notes + list(damaged.values()), alerts=read_sweep_alerts(workdir, sweep),
             include_stopped=include_stopped, include_unfinished=include_unfinished,
-            seed_rounds=sweep_seed_rounds(workdir, sweep),
+            seed_rounds=sweep_seed_rounds(workdir, sweep), rules_off=planned_rules_off(planned),
         )
     except (UnmatchedArmsError, ShortRunsError) as exc:
         if not damaged:
@@ -150,6 +150,13 @@ def current_sweep(workdir: Path, sweep: str):
     return planned if planned.spec.name == sweep else None
 
 
+def planned_rules_off(planned) -> dict[str, set[str]]:
+    """arm -> the monitor rules that are off in its planned runs (none known without the sweep file)."""
+    from cancelctl.spec.claims import rules_off_by_arm
+
+    return rules_off_by_arm((run.arm, run.spec.monitor) for run in planned.runs) if planned is not None else {}
+
+
 def sweep_seed_rounds(workdir: Path, sweep: str):
     """The rounds of seeds `sweep --until-decided` recorded for `sweep` (None: it never ran so)."""
     from cancelctl.seed_rounds import load_seed_rounds
@@ -216,4 +223,5 @@ def judge_until_decided(
     screened = screen_points(runs, metrics, stops=alerts.stops)
     baseline = planned.spec.baseline or sorted(screened.runs["arm"].astype(str).unique())[0]
     prepared, _ = prepare_sweep(screened.runs, screened.metrics, baseline, False)
-    return sequential_verdicts(prepared, planned.spec.claims, rounds, allow_unmatched=allow_unmatched, alerts=alerts)
+    return sequential_verdicts(prepared, planned.spec.claims, rounds, allow_unmatched=allow_unmatched, alerts=alerts,
+                               rules_off=planned_rules_off(planned))

@@ -18,11 +18,12 @@ of the other axes instead of one per group.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Iterable, Mapping
 from typing import Annotated, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
-from cancelctl.spec.monitor import RuleName
+from cancelctl.spec.monitor import MonitorSpec, RuleName
 from cancelctl.spec.strict import SpecModel
 
 # training reward, the curve of Prediction 1/2 and Compute@Reward [D eq. 19–21, Table 2]; the
@@ -280,6 +281,35 @@ def claims_arm_errors(claims: list[ClaimSpec], arms: list[str]) -> list[str]:
                     f"claims[{index}] (claim {claim.id!r}): {field} {name!r} is not an arm (arms: {', '.join(arms)})"
                 )
     return errors
+
+
+def rules_off_by_arm(runs: Iterable[tuple[str, MonitorSpec]]) -> dict[str, set[str]]:
+    """arm -> the monitor rules whose action is `off` in any of its runs, from (arm, monitor) pairs."""
+    off: dict[str, set[str]] = {}
+    for arm, monitor in runs:
+        off.setdefault(arm, set()).update(rule for rule in get_args(RuleName) if getattr(monitor, rule).action == "off")
+    return off
+
+
+def rules_off_reason(claim: ClaimSpec, off_by_arm: Mapping[str, Collection[str]]) -> str:
+    """Why an outcome claim cannot be judged: a rule it reads (its collapse rules, an alert order's
+    `first`) is `off` in an arm it compares, so that arm's collapses are never seen and 0 of n would
+    read as "never collapses". '' when every rule it reads is on, or the claim is not an outcome claim."""
+    if claim.metric.kind not in OUTCOME_KINDS:
+        return ""
+    rules = claim.metric.rules + ([claim.metric.first] if claim.metric.first else [])
+    arms = claim.arms + ([claim.versus] if claim.versus else [])
+    off = [(rule, [arm for arm in arms if rule in off_by_arm.get(arm, ())]) for rule in rules]
+    off = [(rule, where) for rule, where in off if where]
+    if not off:
+        return ""
+    return "; ".join(f"rule {rule} is off in arm {', '.join(map(repr, where))} (monitor.{rule}.action: off): it never "
+                     "alerts there" for rule, where in off)
+
+
+def claims_rule_warnings(claims: list[ClaimSpec], off_by_arm: Mapping[str, Collection[str]]) -> list[str]:
+    """One warning per outcome claim that cannot be judged because a rule it reads is off (`validate`)."""
+    return [f"claim {claim.id!r} cannot be judged: {why}" for claim in claims if (why := rules_off_reason(claim, off_by_arm))]
 
 
 def claims_axis_errors(claims: list[ClaimSpec], grid: dict[str, list], zip_axes: dict[str, list]) -> list[tuple[int, str]]:

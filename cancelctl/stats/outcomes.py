@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from cancelctl.spec.claims import ClaimSpec
+from cancelctl.spec.claims import ClaimSpec, rules_off_reason
 from cancelctl.spec.monitor import MonitorSpec
 from cancelctl.stats.evidence import doubled
 from cancelctl.stats.rates import compare_rates, runs_for_rate_difference, runs_for_share, share_test
@@ -109,14 +109,20 @@ def planned_seeds(kind: str, v, level: float, power: float) -> int | None:
 def judge_outcome(
     claim: ClaimSpec, group: str, in_group: pd.DataFrame, alerts: pd.DataFrame,
     stops: Mapping[str, Stop], ends: Mapping[str, float], base, min_seeds: int, logged: Collection[str] = (),
+    rules_off: Mapping[str, Collection[str]] | None = None,
 ):
     """One outcome claim in one comparison group: `base` (a cannot-judge Verdict naming the claim)
     filled in with the evidence, status "inconclusive" until Holm decides, or the reason it cannot.
-    `logged`: the metric keys the sweep logged (a rule whose metric nobody logged could not fire)."""
+    `logged`: the metric keys the sweep logged (a rule whose metric nobody logged could not fire).
+    `rules_off`: arm -> the monitor rules that are off in its runs (`spec.claims.rules_off_by_arm`): a
+    claim on one of them is not judged (its 0 of n would read as "never collapses")."""
     metric = claim.metric
     for arm in claim.arms + ([claim.versus] if claim.versus else []):
         if not (in_group["arm"] == arm).any():
             return replace(base, reason=f"arm {arm!r} has no runs in this group")
+    off = rules_off_reason(claim, rules_off or {})
+    if off:
+        return replace(base, reason=off)
     alerts = alerts if alerts is not None else pd.DataFrame(columns=ALERT_COLUMNS)
     blind = _unseeable(metric.rules, alerts, logged)
     if blind:

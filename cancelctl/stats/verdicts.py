@@ -46,7 +46,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -132,6 +132,7 @@ def judge_claims(
     token_tol: float = 0.10,
     alerts: pd.DataFrame | None = None,
     stops: Mapping[str, Stop] | None = None,
+    rules_off: Mapping[str, Collection[str]] | None = None,
 ) -> list[Verdict]:
     """Judge every claim in every comparison group; Holm-adjust across all judged rows.
 
@@ -139,6 +140,7 @@ def judge_claims(
     seed, G — the runs a monitor rule stopped included. metrics: the tidy frame (run_id, step, key,
     value) or `split_by_key` of it. alerts: the monitor's alerts (run_id, rule, step, action) and
     stops: run id -> the `Stop` that ended it, for outcome claims and for stopped runs' notes.
+    rules_off: arm -> the monitor rules that are off in its runs (an outcome claim on one is not judged).
     kappa: κ for claims of steps/compute to κ that give none (the report's κ). groups: comparison
     order (default: by the runs' axis.* columns). Arms that are not compute-matched in logged compute
     (`check_compute_matched` on the two arms) are not judged unless `allow_unmatched`.
@@ -158,7 +160,8 @@ def judge_claims(
             for group in order:
                 base = _base_verdict(claim, claim.metric.resolved_key, claim.metric.resolved_key, group)
                 in_group = runs[runs["group"] == group]
-                rows.append(judge_outcome(claim, group, in_group, alerts, stops, ends, base, min_seeds, by_key.keys()))
+                rows.append(judge_outcome(claim, group, in_group, alerts, stops, ends, base, min_seeds, by_key.keys(),
+                                          rules_off))
             continue
         for key, versus_key in _resolve_keys(claim.metric, by_key):
             if claim.along is not None:

@@ -189,3 +189,54 @@ def test_claims_do_not_change_the_runs(name, write_yaml):
     with_claims = load_sweep(path)
     without = load_sweep(write_yaml(yaml.safe_dump(data, sort_keys=False)))
     assert [(r.name, r.run_id) for r in with_claims.runs] == [(r.name, r.run_id) for r in without.runs]
+
+
+OFF_RULE = """\
+name: t
+base:
+  rollout:
+    G: 4
+  lab: {d_model: 16, n_layers: 1, n_heads: 2}
+arms:
+  a: {}
+  b:
+    algorithm: {lr: 1.0e-3}
+    monitor: {entropy_collapse: {action: off}}
+claims:
+  - id: b-collapses-less
+    source: "[D]"
+    statement: b collapses less often
+    metric: {kind: collapse_rate, rule: entropy_collapse}
+    direction: lower
+    arm: b
+    versus: a
+  - id: b-better
+    source: "[D]"
+    statement: b ends higher
+    metric: {kind: final}
+    direction: higher
+    arm: b
+    versus: a
+"""
+
+
+def test_validate_warns_about_a_collapse_claim_on_a_rule_that_is_off(write_yaml):
+    """Issue 35: a collapse claim on a rule an arm turned off read "0/4 vs 0/4, inconclusive"; it cannot
+    be judged, and `validate` says so (the file stays valid: the other claims and the runs are fine)."""
+    from typer.testing import CliRunner
+
+    from cancelctl.backends.validate import validate_files
+    from cancelctl.cli import app
+    from cancelctl.spec.claims import claims_rule_warnings, rules_off_by_arm
+
+    path = write_yaml(OFF_RULE)
+    sweep = load_sweep(path)
+    off = rules_off_by_arm((run.arm, run.spec.monitor) for run in sweep.runs)
+    assert off == {"a": set(), "b": {"entropy_collapse"}}
+    warning = ("claim 'b-collapses-less' cannot be judged: rule entropy_collapse is off in arm 'b' "
+               "(monitor.entropy_collapse.action: off): it never alerts there")
+    assert claims_rule_warnings(sweep.spec.claims, off) == [warning]
+    [item] = validate_files([path], compose_verl=False, check_data=False).files
+    assert item.ok and f"warning: {warning}" in item.note
+    result = CliRunner().invoke(app, ["validate", "--skip-verl", "--skip-data", str(path)])
+    assert result.exit_code == 0 and "cannot be judged: rule entropy_collapse is off in arm 'b'" in result.output

@@ -82,6 +82,25 @@ def test_time_to_collapse_with_no_collapse_says_so_instead_of_a_zero_difference(
     assert math.isnan(v.effect) and math.isnan(v.p) and v.metric.endswith("(0/5 vs 0/5 collapsed)")
 
 
+def test_a_claim_on_a_rule_that_is_off_is_not_judged():
+    """Issue 35: arm 'ok' turned entropy_collapse off — its 0 of 5 is no evidence of "never collapses";
+    every outcome kind on that rule says so instead of "0/5 vs 0/5, inconclusive"."""
+    claims = [claim("collapse_rate"), claim("time_to_collapse"), claim("alert_order")]
+    runs, metrics, alerts, stops = sweep({0: 40, 1: 55})
+    judged = judge_claims(claims, runs, metrics, alerts=alerts, stops=stops, rules_off={"ok": {"entropy_collapse"}})
+    rate, time, order = judged
+    assert rate.status == time.status == "cannot judge" and math.isnan(rate.p)
+    assert rate.reason == ("rule entropy_collapse is off in arm 'ok' (monitor.entropy_collapse.action: "
+                           "off): it never alerts there")
+    assert "is off" not in order.reason  # the order reads arm 'bad' only
+    from cancelctl.report.claims import verdict_text
+
+    assert verdict_text(time).startswith("cannot judge: rule entropy_collapse is off in arm 'ok'")
+    [off_first] = judge_claims([claim("alert_order")], runs, metrics, alerts=alerts, stops=stops,
+                               rules_off={"bad": {"mismatch_growth"}})
+    assert off_first.reason.startswith("rule mismatch_growth is off in arm 'bad'")
+
+
 def test_a_run_stopped_by_another_rule_is_censored_not_counted():
     runs, metrics, alerts, stops = sweep({0: 40, 1: 55})
     stops["bad-s4"] = Stop("reward_collapse", 30)
