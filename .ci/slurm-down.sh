@@ -27,7 +27,7 @@ fi
 stop mariadbd /run/mysqld/mysqld.pid
 stop munged /run/munge/munged.pid
 if [ "${1:-}" = --purge ]; then
-  rm -rf /var/spool/slurmctld/* /var/spool/slurmd/*
+  rm -rf /var/spool/cancelctl-ci/slurmctld/* /var/spool/cancelctl-ci/slurmd/*  # slurm-up.sh's $STATE
   echo "purged slurm state" >&2
 fi
 exit 0

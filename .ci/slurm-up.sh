@@ -17,6 +17,10 @@
 #   CANCELCTL_SLURM_MULTI_CPUS=2    CPUs advertised by each of n1/n2
 #   cred_expire=5, KillWait=2, sched/bf intervals of 2 s: a requeued job restarts in seconds, not minutes
 #
+# Its own state (slurmctld's StateSaveLocation, each slurmd's spool) lives under /var/spool/$CLUSTER, and
+# the accounting DB user's password is set even when the user exists: a machine that ran another
+# single-node SLURM before (its state in /var/spool/slurmctld, its own `slurm` DB user) still comes up.
+#
 # Run as root. Stop with .ci/slurm-down.sh.
 set -euo pipefail
 
@@ -28,6 +32,11 @@ MULTI_NODES=(n1 n2)
 declare -A MULTI_ADDR=([n1]=127.0.1.1 [n2]=127.0.1.2) MULTI_PORT=([n1]=17001 [n2]=17002)
 WAIT_S=${CANCELCTL_SLURM_WAIT_S:-60}
 CLUSTER=cancelctl-ci
+# this cluster's own state: slurmctld refuses another cluster's (CLUSTER NAME MISMATCH) and stops at once
+STATE=/var/spool/$CLUSTER
+OLD_STATE=/var/spool/slurmctld  # where this script kept slurmctld's state before it had a folder of its own
+DB_USER=slurm
+DB_PASS=cancelctl-ci
 NODE=$(hostname -s)
 LOG=/var/log/slurm
 CONF=/etc/slurm/slurm.conf
@@ -63,7 +72,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-mkdir -p /etc/slurm /var/spool/slurmctld "$LOG" /run/munge /var/lib/munge /var/log/munge /run/mysqld
+mkdir -p /etc/slurm "$STATE/slurmctld" "$STATE/slurmd" "$LOG" /run/munge /var/lib/munge /var/log/munge /run/mysqld
 chown munge:munge /run/munge /var/lib/munge /var/log/munge
 chown mysql:mysql /run/mysqld
 
@@ -112,9 +121,9 @@ MaxArraySize=$MAX_ARRAY
 ReturnToService=2
 # seconds between SIGTERM and SIGKILL on scancel/requeue (submitit's job ignores SIGTERM)
 KillWait=2
-StateSaveLocation=/var/spool/slurmctld
+StateSaveLocation=$STATE/slurmctld
 # %n = the node name: several slurmd run on this machine (multiple-slurmd mode), one per node
-SlurmdSpoolDir=/var/spool/slurmd/%n
+SlurmdSpoolDir=$STATE/slurmd/%n
 SlurmctldPidFile=/run/slurmctld.pid
 SlurmdPidFile=/run/slurmd-%n.pid
 SlurmctldLogFile=$LOG/slurmctld.log
@@ -148,9 +157,12 @@ if ! db_ok >/dev/null 2>&1; then
     >"$LOG/mariadb.log" 2>&1 </dev/null &
   wait_for 30 mariadbd db_ok
 fi
+# ALTER USER: a `slurm` user made earlier by other means keeps its old password through CREATE ... IF
+# NOT EXISTS, and slurmdbd would then stop on "Access denied for user 'slurm'"
 mariadb --socket=$DB_SOCKET -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
-  CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'cancelctl-ci';
-  GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
+  CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASS';
+  ALTER USER '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASS';
+  GRANT ALL ON slurm_acct_db.* TO '$DB_USER'@'localhost'; FLUSH PRIVILEGES;"
 cat >"$DBD_CONF" <<EOF
 AuthType=auth/munge
 DbdHost=localhost
@@ -161,8 +173,8 @@ PidFile=/run/slurmdbd.pid
 StorageType=accounting_storage/mysql
 StorageHost=localhost
 StorageLoc=slurm_acct_db
-StorageUser=slurm
-StoragePass=cancelctl-ci
+StorageUser=$DB_USER
+StoragePass=$DB_PASS
 EOF
 chmod 0600 "$DBD_CONF"   # slurmdbd refuses a readable config (it holds the DB password)
 if ! alive /run/slurmdbd.pid; then
@@ -172,10 +184,18 @@ if ! alive /run/slurmdbd.pid; then
 fi
 
 # ------------------------------------------------------------------ slurmctld + slurmd
-if ! alive /run/slurmctld.pid; then say "starting slurmctld"; slurmctld; fi
+if ! alive /run/slurmctld.pid; then
+  if [ ! -e "$STATE/slurmctld/clustername" ] && [ "$(cat "$OLD_STATE/clustername" 2>/dev/null)" = "$CLUSTER" ]; then
+    # this cluster's state from before it had a folder of its own: its queue and job-id counter go on
+    # (a fresh counter would reuse job ids that slurmdbd already holds)
+    say "copying $CLUSTER's slurmctld state from $OLD_STATE to $STATE/slurmctld"
+    cp -a "$OLD_STATE/." "$STATE/slurmctld/"
+  fi
+  say "starting slurmctld"; slurmctld
+fi
 wait_for 30 slurmctld scontrol ping
 for node in "$NODE" "${MULTI_NODES[@]}"; do
-  mkdir -p "/var/spool/slurmd/$node"
+  mkdir -p "$STATE/slurmd/$node"
   if ! alive "/run/slurmd-$node.pid"; then say "starting slurmd -N $node"; slurmd -N "$node"; fi
 done
 
