@@ -269,6 +269,9 @@ def test_until_decided_example_on_a_tiny_lab_copy(tmp_path, monkeypatch, templat
     assert rounds["max_seeds"] == 12 and rounds["rounds"]
     report = cli("cancelctl report lab-claims-dfpo --claims-only", tmp_path)
     assert report.exit_code == 0 and "Claims (run until decided)" in report.output, report.output
+    assert not (tmp_path / "results" / "lab-claims-dfpo").exists()  # --claims-only prints, writes nothing
+    report = cli("cancelctl report lab-claims-dfpo", tmp_path)
+    assert report.exit_code == 0, report.output
     table = json.loads((tmp_path / "results" / "lab-claims-dfpo" / "tables" / "claims.json").read_text())
     for row in table["rows"]:
         assert {"verdict", "decided_at", "looks", "n_seeds", "test"} <= set(row)

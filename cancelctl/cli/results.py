@@ -94,7 +94,9 @@ def report(
     out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default: results/<sweep>)."),
     allow_unmatched: bool = typer.Option(False, help="Report arms that are not compute-matched (tables say so)."),
     uri: Optional[str] = typer.Option(None, "--uri", help="MLflow tracking URI (default: the sweep's store)."),
-    claims_only: bool = typer.Option(False, "--claims-only", help="Print only the claims' verdicts."),
+    claims_only: bool = typer.Option(
+        False, "--claims-only", help="Print only the claims' verdicts; write nothing (the report on disk stays as it was)."
+    ),
     include_stopped: bool = typer.Option(
         False, "--include-stopped",
         help="Use runs a monitor rule stopped in the compute-matched tables (left out there by default; "
@@ -113,7 +115,10 @@ def report(
         out=out, allow_unmatched=allow_unmatched, uri=uri, console=console, claims_only=claims_only,
         include_stopped=include_stopped, include_unfinished=include_unfinished,
     )
-    console.print(f"report written to {result.out_dir}/ (report.md, report.html, tables/, plots/)", highlight=False)
+    if claims_only:  # printed only: the report on disk stays as the last full `report` left it
+        console.print(f"claims only: nothing written; the report in {result.out_dir}/ is left as it was", highlight=False)
+    else:
+        console.print(f"report written to {result.out_dir}/ (report.md, report.html, tables/, plots/)", highlight=False)
     if result.still_running:
         names = ", ".join(result.still_running[:8]) + (" ..." if len(result.still_running) > 8 else "")
         say(err_console, "warning: incomplete report:", "bold yellow",

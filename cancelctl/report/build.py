@@ -68,7 +68,7 @@ def build_report(
     rules_off: Mapping[str, Collection[str]] | None = None,
 ) -> Report:
     """Build the sweep report and write it to `out_dir` (the report folder itself, e.g.
-    results/<sweep>; see `default_report_dir`).
+    results/<sweep>; see `default_report_dir`) — unless `claims_only`.
 
     Raises UnmatchedArmsError (exit 2) when arms of a group differ in logged compute, unless
     `allow_unmatched`; then every table says which groups are not matched. Raises SpecError on bad
@@ -76,7 +76,8 @@ def build_report(
     threshold; None picks `default_kappa` and the report states it. Only FINISHED runs are used
     unless `include_unfinished`. `console`: a rich Console to print the tables on, or None.
     `claims`: the sweep file's claims, judged per comparison group into the "claims" table
-    (`cancelctl.stats.verdicts`); `claims_only` prints only that table (every file is still written).
+    (`cancelctl.stats.verdicts`); `claims_only` prints only that table and writes nothing: the report
+    already on disk (report.md, report.html, tables/, plots/) stays as the last full report left it.
     `seed_rounds`: the looks of a sweep run until decided (`sweep --until-decided`): its claims are then
     judged at every look by the e-process (`cancelctl.report.sequential_claims`).
     `alerts`: the monitor's alerts and stops from the run folders (`read_sweep_alerts`): an "Alerts"
@@ -145,12 +146,13 @@ def build_report(
         sweep=sweep, out_dir=Path(out_dir), baseline=baseline, metric=metric, compute=compute,
         kappa=kappa, kappa_note=kappa_note, violations=violations, tables=tables, notes=notes,
     )
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if plots:
-        report.plots = draw_plots(prepared, report, out / "plots")
-        attach_plots(report)
-    write_report(report)
+    if not claims_only:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        if plots:
+            report.plots = draw_plots(prepared, report, out / "plots")
+            attach_plots(report)
+        write_report(report)
     if console is not None:
         print_report(report, console)
     return report

@@ -42,6 +42,7 @@ def test_until_decided_prints_each_claims_decision_and_report_shows_looks_and_se
     report = runner.invoke(app, ["report", "decided", "--claims-only", "-w", str(workdir), "--out", str(tmp_path / "r")])
     assert report.exit_code == 0, report.output
     assert "Claims (run until decided)" in report.output and "look 2" in report.output
+    assert "claims only: nothing written" in report.output and not (tmp_path / "r").exists()  # printed, not written
     assert "stale" not in report.output  # the added seeds are the sweep's own runs
 
     plain = runner.invoke(app, ["sweep", str(path), "-e", "debug", "-w", str(workdir)])  # keeps the rounds' seeds

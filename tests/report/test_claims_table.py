@@ -34,9 +34,18 @@ def test_claims_table_judges_each_claim_per_group(tmp_path):
     assert (tmp_path / "synthetic" / "tables" / "claims.json").is_file()
 
 
-def test_claims_only_hides_every_other_table(tmp_path):
+def test_claims_only_hides_every_other_table_and_leaves_the_written_report_alone(tmp_path):
+    """Issue 35: `report --claims-only` rewrote report.md (100 → 18 lines) and report.html with the
+    claims alone. It prints the claims; the folder keeps the last full report, byte for byte."""
+    full = report_for(tmp_path, claims=CLAIMS, plots=False)
+    written = {path: path.read_bytes() for path in sorted(full.out_dir.rglob("*")) if path.is_file()}
+    assert full.out_dir / "report.md" in written and full.out_dir / "tables" / "final_scores.csv" in written
     report = report_for(tmp_path, claims=CLAIMS, claims_only=True)
     assert [t.name for t in report.tables if t.shown] == ["claims"]
+    assert report.files == [] and report.plots == {}
+    assert {path: path.read_bytes() for path in sorted(full.out_dir.rglob("*")) if path.is_file()} == written
+    nothing_yet = report_for(tmp_path / "fresh", claims=CLAIMS, claims_only=True)
+    assert not nothing_yet.out_dir.exists()
 
 
 def test_no_claims_no_table(tmp_path):
