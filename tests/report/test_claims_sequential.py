@@ -42,6 +42,9 @@ def test_each_claim_is_decided_at_the_look_its_e_value_crosses(tmp_path):
     assert shown.loc[("energy", G4), "p"] == "<0.001" and energy["p"] == 1 / max_e_value(6)  # 1/1219
     assert "look 1: seeds 0–3; look 2: +4, 5 (2 arm(s)); look 3: +6, 7 (2 arm(s))" in table.notes[0]
     assert "m/α = 6/0.05" in table.notes[0]
+    # one interval everywhere, named under the table: Student's t, as every other table (it said "bootstrap")
+    assert "95% CI at that look (paired claims: Student's t over shared seeds" in table.notes[1]
+    assert not any("bootstrap" in note for note in table.notes)
     assert "Claims (run until decided)" in (tmp_path / "synthetic" / "report.md").read_text()
 
 
