@@ -20,7 +20,7 @@ import pytest
 import yaml
 from project_paths import EXPERIMENTS
 
-from cancelctl.spec.claims import OUTCOME_KINDS, ClaimSpec
+from cancelctl.spec.claims import ClaimSpec
 from cancelctl.stats.evidence import decide, paired_evidence
 from cancelctl.stats.frames import split_by_key
 from cancelctl.stats.sequential_verdicts import judge_looks
