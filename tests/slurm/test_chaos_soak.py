@@ -1,0 +1,43 @@
+"""The chaos soak's short variant (benchmarks/chaos_soak.py): 40+ lab runs on the CI cluster while
+slurmctld restarts, slurmdbd stops, sacct/squeue hang, fail and garble, jobs are requeued and killed
+and the launcher is SIGTERMed and SIGKILLed mid-submit; counted afterwards from sacct's history and
+the store. It restarts the cluster's daemons: the slurm tests run one after another (the `machine`
+xdist group), so no other test is using the cluster meanwhile."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from slurm_gate import cluster_problem
+
+_PROBLEM = cluster_problem() or (None if os.geteuid() == 0 else "restarting slurmctld/slurmdbd needs root")
+pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_chaos_soak_loses_nothing_duplicates_nothing_and_reports_what_an_undisturbed_sweep_does(tmp_path):
+    figures_path = tmp_path / "soak.json"
+    soak = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "chaos_soak.py"), "--runs", "40", "--window", "40", "--seed", "1",
+         "--settle", "240", "--folder", str(tmp_path / "soak"), "--json", str(figures_path)],
+        capture_output=True, text=True, timeout=420, cwd=ROOT,
+    )
+    assert figures_path.exists(), soak.stdout[-3000:] + soak.stderr[-3000:]
+    figures = json.loads(figures_path.read_text())
+    print(json.dumps(figures, indent=1))  # the note's figures, in the CI log
+    assert figures["runs_completed"] == figures["runs_planned"] >= 40, figures
+    assert figures["duplicate_points"] == 0 and figures["lost_points"] == 0, figures
+    assert figures["overlapping_attempts"] == [], figures
+    assert figures["tracebacks"] == 0, figures["traceback_samples"]
+    assert figures["report_ok"] and figures["report_differences"] == [], figures["report_differences"]
+    injected = figures["faults"]
+    for kind in ("slurmctld_restart", "slurmdbd_stop", "launcher_SIGTERM", "launcher_SIGKILL", "requeue_job", "kill_job"):
+        assert injected.get(kind, 0) >= 1, (kind, injected)
+    assert sum(injected.get(k, 0) for k in ("queries_hang", "queries_fail", "queries_garbage")) >= 1, injected
+    assert soak.returncode == 0, soak.stdout[-2000:]
