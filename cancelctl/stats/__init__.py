@@ -6,6 +6,7 @@ file, prints, plots or touches MLflow: the report (`cancelctl.report`) hands the
     intervals      Student's t CIs over seeds (the bootstrap's kept to compare), the band of a mean curve
     paired         the paired t-test (the bootstrap-t's kept to compare), Holm's adjustment, seeds needed for a power
     crossing       Compute@Reward=κ and steps to κ: where a curve first reaches a threshold
+    scaling        ScaleRL's compute-scaling fit R(C): asymptote A, efficiency B, midpoint C_mid per run
     curves         the shape of a curve: Jitter2, slope, late − early
     frames         the tidy metrics frame split per key, last values, a metric on a compute axis
     compute_match  the compute-matched protocol on logged compute
@@ -17,6 +18,7 @@ file, prints, plots or touches MLflow: the report (`cancelctl.report`) hands the
     sequential     the safe t-test's e-process: anytime-valid decisions at every look (sweep --until-decided)
     sequential_verdicts  the claims of a sweep run until decided, judged at every look, Bonferroni on e-values
 
-Sources: [D] = shared/papers/000_*.txt (DFPO), [H] = 004_*.txt (App. D: alert order), SPEC.md "Reports". Where a paper leaves a choice open
+Sources: [D] = shared/papers/000_*.txt (DFPO), [H] = 004_*.txt (App. D: alert order), ScaleRL = arXiv
+2510.13786, SPEC.md "Reports". Where a paper leaves a choice open
 the decision is stated in the docstring.
 """

@@ -19,8 +19,9 @@ Decisions, stated once:
   (the last quarter of the fitted points), C_mid where the curve (a trailing mean) first crosses
   halfway from R0 to that, B = 1.
 - A fit that cannot be made raises `ComputeCurveError` (a ValueError) with the reason: too few points,
-  no rise above R0, non-finite or negative input, no convergence, or a parameter the points do not
-  identify — a fit ending on a bound (A more than `ASYMPTOTE_SPAN` times the logged rise above R0:
+  no rise (the late reward not above R0, or the fitted points' least-squares slope on log compute not
+  significantly > 0, one-sided at `RISE_ALPHA`: a flat noisy curve would otherwise give a "rise" of its
+  noise), non-finite or negative input, no convergence, or a parameter the points do not identify — a fit ending on a bound (A more than `ASYMPTOTE_SPAN` times the logged rise above R0:
   the curve has not bent over; B outside `EFFICIENCY_BOUNDS`; C_mid more than `MIDPOINT_SPAN` beyond
   the fitted compute) is not a number to average.
 - Across seeds (the report, the claims): fit each run, then Student's t over the per-seed parameters
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares  # scipy: a declared dependency (pyproject)
 from scipy.special import expit
+from scipy.stats import linregress
 
 from cancelctl.stats.intervals import Interval, student_t_ci
 
@@ -50,6 +52,10 @@ EFFICIENCY_BOUNDS = (0.05, 20.0)
 # C_mid within [first fitted compute / span, last compute · span]
 MIDPOINT_SPAN = 100.0
 PARAMETERS = ("asymptote", "efficiency", "midpoint")
+# a fit that stops this close to a bound (a fraction of the bounds' range, per parameter) ended on it
+BOUND_TOL = 1e-3
+# the fitted points must rise: the slope of the reward on log compute, one-sided, at this level
+RISE_ALPHA = 0.05
 
 
 class ComputeCurveError(ValueError):
@@ -117,7 +123,13 @@ def fit_compute_curve(
     top = float(np.mean(y[-max(1, c.size // 4):]))  # the last quarter of the fitted points
     rise = float(y.max()) - start
     if top <= start or rise <= 0.0:
-        raise ComputeCurveError(f"no rise: the reward's late mean {top:.4g} is not above R0 = {start:.4g}")
+        raise ComputeCurveError(f"no rise: the curve's late mean {top:.4g} is not above R0 = {start:.4g}")
+    trend = linregress(np.log(c), y, alternative="greater")
+    if not trend.pvalue < RISE_ALPHA:
+        raise ComputeCurveError(
+            f"no rise over the fitted compute: the curve's slope on log compute is {trend.slope:+.3g} "
+            f"± {trend.stderr:.2g} (one-sided p = {trend.pvalue:.2g}); a sigmoid fitted to it would fit the noise"
+        )
     x = c / c_last  # compute in units of the last one: ln x ≤ 0, well scaled for any unit
     lower = np.array([start, EFFICIENCY_BOUNDS[0], math.log(float(x[0]) / MIDPOINT_SPAN)])
     upper = np.array([start + ASYMPTOTE_SPAN * rise, EFFICIENCY_BOUNDS[1], math.log(MIDPOINT_SPAN)])
@@ -139,9 +151,13 @@ def fit_compute_curve(
     fit = least_squares(residuals, theta0, jac=jacobian, bounds=(lower, upper), method="trf", x_scale="jac")
     if fit.status <= 0 or not np.all(np.isfinite(fit.x)):
         raise ComputeCurveError(f"least squares did not converge: {fit.message}")
-    on_bound = [name for name, active in zip(PARAMETERS, fit.active_mask) if active != 0]
-    if on_bound:
-        raise ComputeCurveError(_not_identified(on_bound[0], fit.active_mask[PARAMETERS.index(on_bound[0])]))
+    # on a bound: least squares says so (active_mask), or it stopped within BOUND_TOL of the bounds' range
+    near = BOUND_TOL * (upper - lower)
+    at_lower = (fit.active_mask < 0) | (fit.x - lower <= near)
+    at_upper = (fit.active_mask > 0) | (upper - fit.x <= near)
+    for name, low, high in zip(PARAMETERS, at_lower, at_upper):
+        if low or high:
+            raise ComputeCurveError(_not_identified(name, -1 if low else 1))
     asymptote, efficiency, log_mid = (float(v) for v in fit.x)
     return ComputeCurve(
         asymptote=asymptote, efficiency=efficiency, midpoint=math.exp(log_mid) * c_last, r0=start,
@@ -176,6 +192,8 @@ def _start(x: np.ndarray, y: np.ndarray, r0: float, top: float) -> np.ndarray:
 
 
 def _not_identified(name: str, side: int) -> str:
+    if name == "asymptote" and side < 0:
+        return "no rise: the fitted asymptote is R0"
     if name == "asymptote":
         return (f"not identified: the asymptote reached its bound (R0 + {ASYMPTOTE_SPAN:g}× the logged rise): the "
                 "curve has not bent over within the logged compute")

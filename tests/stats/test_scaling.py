@@ -84,8 +84,11 @@ def test_the_earliest_compute_is_left_out():
 
 FLAT = 0.3 + np.random.default_rng(1).normal(0, NOISE, COMPUTE.size)
 CANNOT = [
-    ("flat", COMPUTE, FLAT, "no rise: the reward's late mean"),
+    ("flat", COMPUTE, FLAT, "no rise: the curve's late mean"),
     ("falling", COMPUTE, 0.5 - 0.3 * COMPUTE / COMPUTE[-1], "no rise"),
+    # the whole rise before the fitted compute: a plateau in noise, nothing to fit B or C_mid to
+    ("plateau", COMPUTE, sigmoid_reward(COMPUTE, R0, 0.8, 3.0, 2e4) + FLAT - 0.3,
+     r"no rise over the fitted compute: the curve's slope on log compute is .*one-sided p"),
     ("linear", COMPUTE, 0.1 + 0.5 * COMPUTE / COMPUTE[-1], "asymptote reached its bound .* has not bent over"),
     ("step", COMPUTE, np.where(COMPUTE > 1e6, 0.8, 0.1), "efficiency B reached its bound 20 .*a step"),
     ("too few", COMPUTE[:6], np.linspace(0.1, 0.5, 6), r"too few points: 5 after leaving out the earliest 10% .*need ≥ 6"),
