@@ -9,6 +9,9 @@ Outcome claims (`OUTCOME_KINDS`) read the monitor's alerts instead of a curve: h
 runs collapse (a named rule alerted or stopped them), how soon, and whether one rule alerts before
 another ([H] App. D: mismatch grows before entropy and reward collapse); `cancelctl.stats.outcomes`.
 
+Scaling claims (`SCALING_KINDS`) compare the parameters of ScaleRL's compute–performance curve
+fitted per run (`cancelctl.stats.scaling`): the asymptote A and the efficiency B.
+
 A claim with `along: {axis: <grid path>}` is about how arm − versus changes along that grid axis
 ([D] Table 4: DFPO's gain over GSPO grows with G): `direction` is then the predicted sign of the
 slope of the paired effect over the axis values (`cancelctl.stats.trend`), one verdict per point
@@ -38,15 +41,20 @@ LAST = "{last}"
 
 MetricKind = Literal[
     "final", "steps_to_kappa", "compute_to_kappa", "jitter2", "slope", "late_minus_early", "mean",
-    "collapse_rate", "time_to_collapse", "alert_order",
+    "asymptote", "efficiency", "collapse_rate", "time_to_collapse", "alert_order",
 ]
 KAPPA_KINDS = ("steps_to_kappa", "compute_to_kappa")
+# a parameter of ScaleRL's curve R(C) fitted to each run's `key` against its cumulative `compute`
+SCALING_KINDS = ("asymptote", "efficiency")
+# kinds read on a compute axis (`metric.compute`)
+COMPUTE_KINDS = ("compute_to_kappa", *SCALING_KINDS)
 # a run's monitor alerts make these, not a metric key; their runs are compared unpaired (a rate, a
 # time to an event, an order within runs), so a run a rule stopped is an outcome, not a missing value
 OUTCOME_KINDS = ("collapse_rate", "time_to_collapse", "alert_order")
-# `final` is the evaluation at the end of the budget: a run a rule stopped has none. Every other
-# curve kind is defined on the curve up to the stop (steps/compute to κ: if κ was reached before it).
-NEEDS_WHOLE_RUN = ("final",)
+# `final` is the evaluation at the end of the budget: a run a rule stopped has none; nor has it a
+# compute-scaling fit over the budget's compute (its curve ends at the stop, often falling). Every
+# other curve kind is defined on the curve up to the stop (steps/compute to κ: if κ was reached before it).
+NEEDS_WHOLE_RUN = ("final", *SCALING_KINDS)
 # arm − versus: higher / lower are directional (one-sided test); not_higher / not_lower are
 # non-inferiority claims and similar an equivalence claim, each within a margin that must be given
 # (no number of seeds can show "no difference at all")
@@ -75,21 +83,26 @@ class ClaimMetric(_Strict):
             "final: last logged value (eval score) [D eq. 22]; steps_to_kappa / compute_to_kappa: first step / "
             "cumulative compute where `key` reaches kappa [D eq. 19, Table 2]; jitter2: second-difference jitter "
             "of the curve [D eq. 20]; slope: least-squares slope per step [H §2]; late_minus_early: mean of the "
-            "last `window` of the curve minus mean of the first; mean: mean over logged steps"
+            "last `window` of the curve minus mean of the first; mean: mean over logged steps; asymptote / "
+            "efficiency: A / B of ScaleRL's curve R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) fitted to `key` "
+            "against cumulative `compute` per run [ScaleRL, arXiv 2510.13786]"
         ),
     )
     key: str | None = Field(
         None,
         description=(
             f"metric key; '*' globs give one verdict per matching key, '{LAST}' the highest logged integer. "
-            f"Default: {EVAL_KEYS} for final, {REWARD_KEY} for steps/compute to kappa and jitter2; required otherwise"
+            f"Default: {EVAL_KEYS} for final, {REWARD_KEY} for steps/compute to kappa, jitter2, asymptote and "
+            "efficiency; required otherwise"
         ),
     )
     versus_key: str | None = Field(
         None, description="read this key on the versus side instead of `key` (e.g. cancel/flip_neg vs cancel/flip_pos)"
     )
     kappa: float | None = Field(None, description="threshold for steps/compute to kappa; default: the report's kappa")
-    compute: Literal["tokens", "updates", "hours"] = Field("tokens", description="compute axis of compute_to_kappa")
+    compute: Literal["tokens", "updates", "hours"] = Field(
+        "tokens", description="compute axis of compute_to_kappa, asymptote and efficiency"
+    )
     smooth_window: int = Field(1, ge=1, description="steps/compute to kappa: trailing mean over this many points")
     window: float = Field(0.25, gt=0, le=0.5, description="late_minus_early: fraction of the curve at each end")
     rule: RuleNames | None = Field(
@@ -121,8 +134,8 @@ class ClaimMetric(_Strict):
             raise ValueError(f"metric.key is required for kind {self.kind!r}")
         if self.kind not in KAPPA_KINDS and (self.kappa is not None or self.smooth_window != 1):
             raise ValueError(f"metric.kappa and metric.smooth_window apply to {' / '.join(KAPPA_KINDS)} only")
-        if self.kind != "compute_to_kappa" and self.compute != "tokens":
-            raise ValueError("metric.compute applies to compute_to_kappa only")
+        if self.kind not in COMPUTE_KINDS and self.compute != "tokens":
+            raise ValueError(f"metric.compute applies to {' / '.join(COMPUTE_KINDS)} only")
         if self.kind != "late_minus_early" and self.window != 0.25:
             raise ValueError("metric.window applies to late_minus_early only")
         if self.versus_key is not None and "*" in self.resolved_key:
@@ -178,7 +191,11 @@ class ClaimMetric(_Strict):
             "slope": "slope/step",
             "late_minus_early": "late − early",
             "mean": "mean",
+            "asymptote": "asymptote A",
+            "efficiency": "efficiency B",
         }[self.kind]
+        if self.kind in SCALING_KINDS:
+            what = f"{what} (fit on {self.compute})"
         return f"{what} of {self.resolved_key}" + (f" vs {self.versus_key}" if self.versus_key else "")
 
 

@@ -35,6 +35,10 @@ Decisions, stated once:
   with m the rows of the report (Bonferroni, which Holm never needs more than): enough seeds to decide this
   row whatever the other rows do; never fewer than MIN_VERDICT_SEEDS. For `similar` only the
   nearer margin is powered (TOST needs both; near a zero effect with a wide sd this undercounts).
+- Scaling claims (asymptote, efficiency): each run's value is that parameter of its own fit
+  (`scaling.fit_compute_curve` on its curve against its cumulative compute), paired over seeds like any
+  curve claim, same Holm family; a run whose fit cannot be made leaves the claim unjudged with the
+  fit's reason (as a run that never reached κ does): the seeds that fail are not a random subset.
 - Trend claims (`along:` a grid axis, [D] Table 4): one row per point of the other axes, judged on
   the per-seed least-squares slopes of d along the axis (`trend`: why the seed stays the unit) as a
   paired effect against 0 (or the margin, per axis unit); every axis value must be judgeable as a
@@ -52,7 +56,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from cancelctl.spec.claims import KAPPA_KINDS, LAST, NEEDS_WHOLE_RUN, OUTCOME_KINDS, ClaimMetric, ClaimSpec
+from cancelctl.spec.claims import (
+    COMPUTE_KINDS,
+    KAPPA_KINDS,
+    LAST,
+    NEEDS_WHOLE_RUN,
+    OUTCOME_KINDS,
+    SCALING_KINDS,
+    ClaimMetric,
+    ClaimSpec,
+)
 from cancelctl.stats.compute_match import check_compute_matched
 from cancelctl.stats.crossing import compute_at_reward, steps_to_threshold
 from cancelctl.stats.curves import jitter2, late_minus_early, slope
@@ -69,6 +82,7 @@ from cancelctl.stats.evidence import (
 from cancelctl.stats.frames import COMPUTE_KEYS, on_compute_axis, split_by_key
 from cancelctl.stats.outcomes import Stop, judge_outcome, planned_seeds
 from cancelctl.stats.paired import MIN_T_SEEDS, holm_adjust, seeds_for_power
+from cancelctl.stats.scaling import ComputeCurveError, fit_compute_curve
 from cancelctl.stats.trend import seed_slopes
 
 
@@ -434,17 +448,20 @@ def _per_run(
     threshold = metric.kappa if metric.kappa is not None else kappa
     if metric.kind in KAPPA_KINDS and threshold is None:
         return none, "no κ: give metric.kappa in the claim or the report's threshold", []
-    if metric.kind == "compute_to_kappa":
+    if metric.kind in COMPUTE_KINDS:
         compute_key = COMPUTE_KEYS[metric.compute]
         if compute_key not in by_key:
             return none, f"not logged: {compute_key}", []
         points = on_compute_axis(points, by_key[compute_key])
     reduce = _reducer(metric, threshold)
     seeds = dict(zip(arm_runs["run_id"], arm_runs["seed"]))
-    values, too_short, not_reached = {}, [], []
+    values, too_short, not_reached, no_fit = {}, [], [], {}
     for run_id, part in points.groupby("run_id", sort=False):
         try:
             value = reduce(part)
+        except ComputeCurveError as exc:
+            no_fit[run_id] = exc.reason
+            continue
         except ValueError:
             too_short.append(run_id)
             continue
@@ -458,13 +475,18 @@ def _per_run(
         return ", ".join(f"seed {seeds[r]}{stopped_at.get(r, '')}" for r in sorted(run_ids, key=lambda r: seeds[r]))
 
     logged = set(points["run_id"])
-    cut_short = [r for r in seeds if str(r) in stops and (r in too_short or r not in logged)]
+    cut_short = [r for r in seeds if str(r) in stops and (r in too_short or r in no_fit or r not in logged)]
     too_short = [r for r in too_short if r not in cut_short]
+    no_fit = {r: why for r, why in no_fit.items() if r not in cut_short}
     if not_reached:  # censored: the paired difference is unknown, never a number
         arm = arm_runs["arm"].iloc[0]
         return none, f"arm {arm!r}: {names(not_reached)} never reached κ = {threshold:.4g}", cut_short
     if too_short:
         return none, f"arm {arm_runs['arm'].iloc[0]!r}: too few points of {key} ({names(too_short)})", cut_short
+    if no_fit:
+        arm = arm_runs["arm"].iloc[0]
+        why = "; ".join(f"{names([r])}: {reason}" for r, reason in sorted(no_fit.items(), key=lambda item: seeds[item[0]]))
+        return none, f"arm {arm!r}: no compute-scaling fit of {key} on {metric.compute} ({why})", cut_short
     return pd.Series(list(values.values()), index=[seeds[r] for r in values], dtype=float), "", cut_short
 
 
@@ -485,4 +507,6 @@ def _reducer(metric: ClaimMetric, kappa: float | None) -> Callable[[pd.DataFrame
         return lambda part: late_minus_early(part["value"].to_numpy(), metric.window)
     if kind == "mean":
         return lambda part: float(part["value"].mean())
+    if kind in SCALING_KINDS:
+        return lambda part: getattr(fit_compute_curve(part["compute"], part["value"]), kind)
     raise ValueError(f"unknown metric kind {kind!r}")

@@ -99,6 +99,9 @@ def make(**kw) -> ClaimSpec:
         ({"metric": {"kind": "final", "kappa": 0.5}}, "metric.kappa"),
         ({"metric": {"kind": "slope"}}, "metric.key is required"),
         ({"metric": {"kind": "jitter2", "compute": "updates"}}, "metric.compute applies"),
+        ({"metric": {"kind": "asymptote", "kappa": 0.5}}, "metric.kappa"),
+        ({"metric": {"kind": "efficiency", "window": 0.1}}, "metric.window applies to late_minus_early only"),
+        ({"metric": {"kind": "asymptote", "rule": "entropy_collapse"}}, "apply to collapse_rate"),
         ({"metric": {"kind": "final", "versus_key": "x"}}, "cannot be combined with a '*'"),
         ({"metric": {"kind": "mean", "key": "k", "typo": 1}}, "Extra inputs"),
     ],
@@ -158,6 +161,19 @@ def test_an_alert_order_arm_list_is_checked_against_the_arms(write_yaml):
     text = text.replace("    arm: b\n    versus: a\n", "    arm: [b, c]\n")
     [issue] = issues_of(write_yaml(text))
     assert "claim 'b-better'" in issue.message and "arm 'c' is not an arm" in issue.message
+
+
+def test_scaling_claims_fit_the_reward_on_a_compute_axis():
+    """asymptote / efficiency: ScaleRL's A / B of the training reward by default, on tokens unless
+    metric.compute says otherwise; any key (an eval benchmark) may be fitted."""
+    a = make(metric={"kind": "asymptote"})
+    assert a.metric.resolved_key == "critic/score/mean" and a.metric.compute == "tokens"
+    assert a.metric.label == "asymptote A (fit on tokens) of critic/score/mean"
+    b = make(metric={"kind": "efficiency", "key": "val-core/lab/acc/mean_at_4", "compute": "updates"},
+             direction="similar", margin=0.2)
+    assert b.metric.label == "efficiency B (fit on updates) of val-core/lab/acc/mean_at_4"
+    with pytest.raises(ValidationError, match="metric.compute applies to compute_to_kappa / asymptote / efficiency only"):
+        make(metric={"kind": "mean", "key": "k", "compute": "hours"})
 
 
 def test_margin_claims_and_same_arm_with_versus_key_are_valid():
