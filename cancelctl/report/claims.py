@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from cancelctl.spec.claims import OUTCOME_KINDS
+from cancelctl.spec.claims import OUTCOME_KINDS, SCALING_KINDS
 from cancelctl.stats.sequential_verdicts import SequentialVerdict
 from cancelctl.stats.verdicts import Verdict
 
@@ -126,6 +126,10 @@ def claims_notes(verdicts: Sequence[Verdict]) -> list[str]:
         notes.append("time to collapse: steps to the rule's first alert, runs that never collapsed censored at their "
                      "last step; log-rank test (exact permutation with few runs); effect = difference of the mean "
                      "steps to collapse up to the common horizon (Kaplan–Meier area), negative = sooner.")
+    if kinds & set(SCALING_KINDS):
+        notes.append("asymptote / efficiency: A / B of ScaleRL's curve R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) "
+                     "fitted to each run's curve against its cumulative compute (the earliest 10% left out; see the "
+                     "compute-scaling table), compared paired over seeds like any curve claim.")
     if any(v.axis for v in verdicts):
         notes.append("trend claims (along an axis): effect = least-squares slope of arm − versus along the axis (per "
                      "unit of its value, or per doubling on scale log), one slope per seed paired at every axis value, "

@@ -8,6 +8,9 @@ import numpy as np
 from cancelctl.report.model import NOT_MATCHED, Report
 from cancelctl.stats.frames import COMPUTE_KEYS, COMPUTE_LABELS
 
+# under every table that shows a mean [95% CI] over seeds (`intervals.student_t_ci`)
+CI_NOTE = "95% CI: Student's t over seeds, mean ± t(0.975, n−1)·sd/√n"
+
 
 def fmt_number(value: float | None, digits: int = 4) -> str:
     """Compact, unit-free: 0.8253, 12.3k, 1.25M; missing as an em dash."""

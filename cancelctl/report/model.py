@@ -140,6 +140,16 @@ class PreparedSweep:
         return key
 
 
+def eval_benchmarks(by_key: dict[str, pd.DataFrame]) -> list[tuple[str, str]]:
+    """(metric key, label) of every logged eval benchmark, label "<benchmark> avg@k"."""
+    found = []
+    for key in sorted(by_key):
+        match = EVAL_KEY.match(key)
+        if match:
+            found.append((int(match["k"]), match["benchmark"], key))
+    return [(key, f"{bench} avg@{k}") for k, bench, key in sorted(found, key=lambda t: (t[1], t[0]))]
+
+
 def _order_key(value: object) -> tuple:
     try:
         return (0, float(value), "")

@@ -1,8 +1,9 @@
-"""The report's plots: reward vs compute with 95% bands, Compute@Reward bars, mechanisms vs step.
+"""The report's plots: reward vs compute with 95% bands and each arm's fitted compute-scaling curve,
+Compute@Reward bars, mechanisms vs step.
 
 matplotlib's object API (Figure, no pyplot): Agg canvas, no global backend state, thread-safe.
 Bands come from `cancelctl.stats.intervals.band_on_grid` (pointwise Student's t, the tables' interval); the bars
-read the Compute@Reward tables.
+read the Compute@Reward tables, the fitted curves the compute-scaling table (`cancelctl.report.scaling`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import pandas as pd
 
 from cancelctl.report.formatting import fmt_ratio
 from cancelctl.report.model import ENTROPY_KEY, PreparedSweep, Report
-from cancelctl.stats import frames, intervals
+from cancelctl.stats import frames, intervals, scaling
 from cancelctl.stats.frames import COMPUTE_KEYS, COMPUTE_LABELS
 
 # plot -> the table it is shown with (a table that is absent: shown with compute_match)
 PLOT_TABLE = {
-    "reward_vs_compute": "compute_at_reward",
+    "reward_vs_compute": "compute_scaling",
     "compute_at_reward": "compute_at_reward",
     "mechanisms_vs_step": "mechanisms",
 }
@@ -51,19 +52,43 @@ def _band(ax, points: pd.DataFrame, arm: str, color: str, n_grid: int) -> bool:
     return True
 
 
+def _fitted_curves(report: Report) -> dict[tuple[str, str], scaling.ComputeCurve]:
+    """(group, arm) -> the curve of the mean fitted parameters over seeds, for the report's reward."""
+    table = next((t for t in report.tables if t.name == "compute_scaling"), None)
+    if table is None or table.data.empty or "key" not in table.data.columns:
+        return {}
+    rows = table.data[(table.data["key"] == report.metric) & (table.data["n_fitted"] > 0)]
+    return {
+        (r.group, r.arm): scaling.ComputeCurve(r.asymptote_mean, r.efficiency_mean, r.midpoint_mean, r.r0_mean)
+        for r in rows.itertuples()
+    }
+
+
+def _fit_overlay(ax, points: pd.DataFrame, curve: scaling.ComputeCurve | None, color: str) -> None:
+    """The arm's fitted curve (mean parameters), dashed, over the compute its fits used."""
+    if curve is None or points.empty:
+        return
+    top = float(points["x"].max())
+    x = np.linspace(scaling.EARLY_FRACTION * top, top, 120)
+    ax.plot(x, curve(x), color=color, lw=1.1, ls="--", label=f"fit: A={curve.asymptote:.3g}, B={curve.efficiency:.2g}")
+
+
 def plot_reward_vs_compute(sweep: PreparedSweep, report: Report, path: Path) -> Path | None:
-    """Training reward vs cumulative compute, mean and pointwise 95% Student's t band across seeds, per group."""
+    """Training reward vs cumulative compute, mean and pointwise 95% Student's t band across seeds, per group;
+    dashed over it each arm's fitted compute-scaling curve (mean parameters over seeds)."""
     compute_key = COMPUTE_KEYS[report.compute]
     if not (sweep.has(report.metric) and sweep.has(compute_key)):
         return None
     points = frames.on_compute_axis(sweep.by_key[report.metric], sweep.by_key[compute_key])
     points = points.rename(columns={"compute": "x"}).join(sweep.runs[["group", "arm"]], on="run_id")
     colors = _arm_colors(sweep)
+    fits = _fitted_curves(report)
     fig, axes = _grid_of_axes(len(sweep.groups), min(3, len(sweep.groups)), 5.4, 3.6)
     for ax, group in zip(axes.flat, sweep.groups):
         in_group = points[points["group"] == group]
         for arm in sweep.arms:
             _band(ax, in_group[in_group["arm"] == arm], arm, colors[arm], 120)
+            _fit_overlay(ax, in_group[in_group["arm"] == arm], fits.get((group, arm)), colors[arm])
         if report.kappa is not None:
             ax.axhline(report.kappa, color="0.4", ls="--", lw=1, label=f"κ = {report.kappa:.3g}")
         ax.set(title=group or report.sweep, xlabel=COMPUTE_LABELS[report.compute], ylabel=report.metric)
@@ -71,7 +96,7 @@ def plot_reward_vs_compute(sweep: PreparedSweep, report: Report, path: Path) -> 
         ax.legend(fontsize=7, loc="lower right")
     for ax in list(axes.flat)[len(sweep.groups):]:
         ax.set_visible(False)
-    fig.suptitle("Training reward vs compute (mean, pointwise 95% Student's t band over seeds)", fontsize=10)
+    fig.suptitle("Training reward vs compute (mean, 95% t band; dashed: ScaleRL fit)", fontsize=10)
     fig.savefig(path, dpi=100)
     return path
 

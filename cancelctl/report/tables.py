@@ -1,5 +1,6 @@
 """The report's tables other than the threshold ones (those: `thresholds.py`): logged compute
-matching [D §5], final scores [D Table 1], the held-out gain over training, Jitter2 [D eq. 20, 21], Δ per group size [D Table 4]
+matching [D §5], final scores [D Table 1], the held-out gain over training, (via `scaling.py`) the
+compute-scaling fits [ScaleRL], Jitter2 [D eq. 20, 21], Δ per group size [D Table 4]
 and the mechanism summary [D §6.1], and `build_tables`, which makes every table in report order.
 
 Each number is computed by the function of `cancelctl.stats` named after it (student_t_ci,
@@ -15,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from cancelctl.report.formatting import (
+    CI_NOTE,
     fmt_delta,
     fmt_interval,
     fmt_number,
@@ -24,12 +26,13 @@ from cancelctl.report.formatting import (
 from cancelctl.report.model import (
     ENERGY_KEY,
     ENTROPY_KEY,
-    EVAL_KEY,
     G_AXIS,
     NOT_MATCHED,
     PreparedSweep,
     ReportTable,
+    eval_benchmarks,
 )
+from cancelctl.report.scaling import compute_scaling_tables
 from cancelctl.report.thresholds import (
     compute_at_reward_tables,
     steps_to_threshold_tables,
@@ -38,8 +41,6 @@ from cancelctl.stats import compute_match, crossing, curves, frames, intervals, 
 from cancelctl.stats.compute_match import ComputeViolation
 
 SUMMARY_COLUMNS = ["n_seeds", "mean", "ci_lo", "ci_hi", "delta_vs_baseline", "p_value", "n_paired"]
-# under every table that shows a mean [95% CI] over seeds (`intervals.student_t_ci`)
-CI_NOTE = "95% CI: Student's t over seeds, mean ± t(0.975, n−1)·sd/√n"
 PAIRED_NOTE = f"{CI_NOTE}; p: two-sided paired t-test over seeds shared with the baseline."
 
 
@@ -58,6 +59,7 @@ def build_tables(
     tables = [compute_match_table(sweep, violations, token_tol), final_scores, eval_gain_table(sweep)]
     tables += compute_at_reward_tables(sweep, metric, compute, kappa, smooth_window)
     tables += steps_to_threshold_tables(sweep, metric, kappa, smooth_window)
+    tables += compute_scaling_tables(sweep, metric, compute)
     tables += [
         jitter2_table(sweep, [metric, ENTROPY_KEY]),
         delta_per_g_table(sweep, final_scores),
@@ -146,16 +148,6 @@ def _range_text(values: pd.Series) -> str:
         return "—"
     lo, hi = values.min(), values.max()
     return f"{lo:,.0f}" if lo == hi else f"{lo:,.0f}–{hi:,.0f}"
-
-
-def eval_benchmarks(by_key: dict[str, pd.DataFrame]) -> list[tuple[str, str]]:
-    """(metric key, label) of every logged eval benchmark, label "<benchmark> avg@k"."""
-    found = []
-    for key in sorted(by_key):
-        match = EVAL_KEY.match(key)
-        if match:
-            found.append((int(match["k"]), match["benchmark"], key))
-    return [(key, f"{bench} avg@{k}") for k, bench, key in sorted(found, key=lambda t: (t[1], t[0]))]
 
 
 def final_score_table(sweep: PreparedSweep) -> ReportTable:

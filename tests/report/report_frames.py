@@ -66,3 +66,42 @@ def report_for(tmp_path: Path, runs=None, metrics=None, **kwargs):
     options = dict(sweep="synthetic", baseline="gspo", out_dir=tmp_path / "synthetic")
     options.update(kwargs)
     return build_report(runs, metrics, **options)
+
+
+# arm -> (asymptote A, efficiency B) planted in `scaling_sweep`; "stalled" never rises
+SCALING_ARMS = {"gspo": (0.65, 1.2), "dfpo": (0.75, 2.0), "stalled": None}
+SCALING_MIDPOINT = 2e5  # generated tokens at half the rise, every arm
+SCALING_R0 = 0.1
+
+
+def scaling_sweep(seeds: tuple[int, ...] = (0, 1, 2, 3), steps: int = 60) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Arms whose training reward follows ScaleRL's curve with planted A and B (`SCALING_ARMS`; 40k
+    generated tokens a step, noise 0.02 a point, a seed effect on A shared by the arms), an eval
+    benchmark every 5 steps on the same curve, and one arm whose reward never rises."""
+    from cancelctl.stats.scaling import sigmoid_reward
+
+    rng = np.random.default_rng(7)
+    runs, rows = [], []
+    step_axis = np.arange(0, steps + 1)
+    tokens = 40_000.0 * step_axis
+    for arm, planted in SCALING_ARMS.items():
+        for seed in seeds:
+            run_id = f"{arm}-s{seed}"
+            runs.append({"run_id": run_id, "name": run_id, "arm": arm, "group": "", "seed": seed, "G": 4,
+                         "state": "FINISHED"})
+            seed_effect = np.random.default_rng(100 + seed).normal(0, 0.02)
+            if planted is None:
+                curve = np.full(step_axis.size, SCALING_R0 + 0.2)
+            else:
+                curve = sigmoid_reward(tokens, SCALING_R0, planted[0] + seed_effect, planted[1], SCALING_MIDPOINT)
+            series = {
+                "critic/score/mean": curve + rng.normal(0, 0.02, step_axis.size),
+                "compute/gen_tokens": np.full(step_axis.size, 40_000.0),
+                "compute/gen_tokens_cum": tokens,
+                "compute/update_steps_cum": 2.0 * step_axis,
+            }
+            for key, values in series.items():
+                rows += [(run_id, int(s), key, float(v)) for s, v in zip(step_axis, values)]
+            for s in range(0, steps + 1, 5):
+                rows.append((run_id, s, "val-core/lab/acc/mean_at_4", float(curve[s] + rng.normal(0, 0.01))))
+    return pd.DataFrame(runs), pd.DataFrame(rows, columns=["run_id", "step", "key", "value"])
