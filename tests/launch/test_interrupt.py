@@ -86,6 +86,7 @@ def test_sigterm_to_the_launcher_ends_every_run_of_its_launch_cancelled(tmp_path
     assert not any(paths.run_dir(s.run_id, s.name).joinpath("result.json").exists() for s in states)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped exception, on purpose
 def test_a_signal_whose_exception_a_finalizer_dropped_is_not_lost():
     """A handler's exception raised while a `__del__` runs is printed and dropped by Python (what
     lost a SIGTERM to the launcher); the signal is recorded, and the next tick raises it."""
