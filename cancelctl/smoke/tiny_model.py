@@ -16,12 +16,11 @@ import json
 import shutil
 from pathlib import Path
 
-# Small files a model repo keeps its architecture and tokenizer in (what a smoke needs of it).
-CONFIG_FILE = "config.json"
-TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
-    "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json", "generation_config.json",
-)
+from cancelctl.models.files import CONFIG_FILE, TOKENIZER_FILES, ModelSourceError, model_source
+
+__all__ = ["CONFIG_FILE", "TOKENIZER_FILES", "ModelSourceError", "chat_template_problem", "model_source", "tiny_config",
+           "tiny_model"]
+
 # The shrunk sizes: two layers of width 64, whatever the family calls them.
 TINY_SIZES = {
     "num_hidden_layers": 2, "n_layer": 2, "num_layers": 2,
@@ -32,33 +31,6 @@ TINY_SIZES = {
     "num_experts": 4, "num_local_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
     "shared_expert_intermediate_size": 64,
 }
-
-
-class ModelSourceError(ValueError):
-    """The user's model files are not on this machine: the message says how to get them."""
-
-
-def model_source(path: str) -> Path:
-    """The folder holding `path`'s config.json and tokenizer: `path` itself when it is a local folder,
-    else its snapshot in the Hugging Face cache. Offline: nothing is downloaded."""
-    local = Path(path).expanduser()
-    if local.is_dir():
-        if not (local / CONFIG_FILE).is_file():
-            raise ModelSourceError(f"{local} has no {CONFIG_FILE}: not a Hugging Face model folder")
-        return local
-    try:
-        from huggingface_hub import snapshot_download
-
-        cached = Path(snapshot_download(path, allow_patterns=[CONFIG_FILE, *TOKENIZER_FILES], local_files_only=True))
-    except Exception as exc:  # noqa: BLE001 - not cached, a bad repo id, or hub not installed: one answer
-        raise ModelSourceError(
-            f"model {path!r} is neither a folder here nor in the Hugging Face cache ({type(exc).__name__}); fetch its "
-            f"small files once: `hf download {path} {CONFIG_FILE} tokenizer.json tokenizer_config.json`, or pass "
-            f"--model DIR (a folder with {CONFIG_FILE} and the tokenizer)"
-        ) from None
-    if not (cached / CONFIG_FILE).is_file():
-        raise ModelSourceError(f"the Hugging Face cache holds no {CONFIG_FILE} of {path!r}: `hf download {path} {CONFIG_FILE}`")
-    return cached
 
 
 def chat_template_problem(source: Path) -> str | None:
