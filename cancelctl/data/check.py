@@ -38,6 +38,29 @@ def _prompt_problem(field_type: pa.DataType) -> str | None:
     return None
 
 
+def _rows_without_ground_truth(path: Path, *, require_ground_truth: bool) -> list[str]:
+    """Every row, not only the first: verl's reward manager reads `reward_model["ground_truth"]` of each
+    row it scores, so a row without reward_model fails the run when it is drawn, hours in; cancelctl's
+    rewards also need the ground truth itself (a custom reward may not)."""
+    import pyarrow.compute as pc
+
+    column = pq.read_table(path, columns=["reward_model"]).column("reward_model")
+    missing = column.is_null()
+    what = "reward_model"
+    if require_ground_truth:
+        truth = pc.struct_field(column, "ground_truth")
+        empty = truth.is_null()
+        if pa.types.is_string(truth.type) or pa.types.is_large_string(truth.type):
+            empty = pc.or_(empty, pc.equal(pc.utf8_trim_whitespace(truth), ""))
+        missing, what = pc.or_(missing, pc.fill_null(empty, True)), "reward_model.ground_truth"
+    count = pc.sum(missing).as_py() or 0
+    if not count:
+        return []
+    first = pc.index(missing, True).as_py()
+    return [f"{path}: {count:,} of {len(column):,} rows have no {what} (the first: row {first}); the reward "
+            f"has nothing to score them against (verl fails when it draws one)"]
+
+
 def check_parquet(path: Path | str, *, require_known_reward: bool = True) -> list[str]:
     """Problems with one data file, one line each (empty: verl can train on it with these rewards).
 
@@ -52,7 +75,7 @@ def check_parquet(path: Path | str, *, require_known_reward: bool = True) -> lis
     except (OSError, pa.ArrowException) as exc:
         return [f"{path}: not a readable parquet file ({exc})"]
 
-    problems = []
+    problems: list[str] = []
     missing = [column for column in REQUIRED_COLUMNS if column not in schema.names]
     if missing:
         problems.append(f"{path}: missing column(s) verl needs: {', '.join(missing)}")
@@ -62,6 +85,8 @@ def check_parquet(path: Path | str, *, require_known_reward: bool = True) -> lis
         reward_type = schema.field("reward_model").type
         if not pa.types.is_struct(reward_type) or reward_type.get_field_index("ground_truth") < 0:
             problems.append(f"{path}: column reward_model has no ground_truth field (is {reward_type})")
+        else:
+            problems += _rows_without_ground_truth(path, require_ground_truth=require_known_reward)
 
     if pq.ParquetFile(path).metadata.num_rows == 0:
         problems.append(f"{path}: no rows")

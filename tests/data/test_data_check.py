@@ -54,6 +54,24 @@ def test_a_plain_text_prompt_and_a_reward_model_without_ground_truth(tmp_path):
     ]
 
 
+def test_every_row_is_read_for_its_ground_truth_not_only_the_first(tmp_path):
+    rows = [a_row() for _ in range(300)]
+    table = pa.Table.from_pylist(rows)
+    truths = [{"style": "rule", "ground_truth": "2"}] * 300
+    truths[200], truths[250] = {"style": "rule", "ground_truth": None}, {"style": "rule", "ground_truth": "  "}
+    truths[260] = None
+    table = table.set_column(table.schema.get_field_index("reward_model"), "reward_model",
+                             pa.array(truths, table.schema.field("reward_model").type))
+    path = tmp_path / "x.parquet"
+    pq.write_table(table, path, row_group_size=100)
+    assert check_parquet(path) == [f"{path}: 3 of 300 rows have no reward_model.ground_truth (the first: row 200); "
+                                   "the reward has nothing to score them against (verl fails when it draws one)"]
+    # a reward of the spec's own may not need the truth, but verl still reads reward_model of every row
+    assert check_parquet(path, require_known_reward=False) == [
+        f"{path}: 1 of 300 rows have no reward_model (the first: row 260); the reward has nothing to score them "
+        "against (verl fails when it draws one)"]
+
+
 def test_messages_without_role_or_content(tmp_path):
     path = write_table(
         tmp_path / "x.parquet",
