@@ -2,7 +2,10 @@
 
 1. YAML + pydantic schema (file:line:col, field path), 2. sweep expansion and the compute-matched
 check, 3. for verl runs, composing each unique override set against verl's installed Hydra config
-(offline). Layer 3 is reported as skipped when verl is not installed; CI installs it.
+(offline), 4. their data files: what verl reads in every row, and the prompts verl keeps under
+`data.max_prompt_length` with the model's tokenizer and chat template (`verl.prompt_lengths`). Layer 3
+is reported as skipped when verl is not installed (CI installs it); the prompt count when the
+tokenizer is not on this machine; layer 4 with --skip-data.
 
 It sits with the backends because layer 3 is a backend's own check: layers 1 and 2 are the spec
 wing's (`cancelctl.spec.expand`), which never imports a backend.
@@ -33,6 +36,7 @@ class FileResult:
 class ValidationReport:
     files: list[FileResult]
     verl_status: str = ""
+    data_status: str = ""  # why the prompts' lengths were not measured, said once ('' when they were)
 
     @property
     def ok(self) -> bool:
@@ -40,9 +44,12 @@ class ValidationReport:
 
 
 def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_verl: bool = True,
-                   check_data: bool = True, progress: Callable[[str], None] | None = None) -> ValidationReport:
+                   check_data: bool = True, model: str | None = None,
+                   progress: Callable[[str], None] | None = None) -> ValidationReport:
     """Validate each file; `progress(message)` hears each step (composing verl configs takes seconds).
-    `check_data`: the verl runs' data files are read here (see `backends.verl.data_files`)."""
+    `check_data`: the verl runs' data files are read here (see `backends.verl.data_files`), and their
+    prompts measured with the model's tokenizer (`backends.verl.prompt_lengths`; `model` stands in for
+    the specs' model.path, as `smoke --model` does)."""
     results: list[FileResult] = []
     verl_runs: dict[Path, list] = {}
     sweeps = {}
@@ -62,14 +69,17 @@ def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_
         if runs:
             verl_runs[path] = runs
             sweeps[path] = sweep
-    status = ""
+    status = data_status = ""
     if verl_runs:
         status = _compose_verl(results, verl_runs, progress) if compose_verl else "verl layer skipped (--skip-verl)"
         if check_data:
             _check_data(results, sweeps, verl_runs)
+            if progress is not None:
+                progress("measuring the prompts under the model's chat template")
+            data_status = _check_prompt_lengths(results, sweeps, verl_runs, model)
         else:
             status = "; ".join(filter(None, [status, "data files not read (--skip-data)"]))
-    return ValidationReport(results, status)
+    return ValidationReport(results, status, data_status)
 
 
 def _check_data(results: list[FileResult], sweeps: dict, verl_runs: dict[Path, list]) -> None:
@@ -86,6 +96,35 @@ def _check_data(results: list[FileResult], sweeps: dict, verl_runs: dict[Path, l
             item.title = "data files verl could not read" if item.ok else f"{item.title}; data files verl could not read"
             item.ok = False
             item.lines += lines
+
+
+def _check_prompt_lengths(results: list[FileResult], sweeps: dict, verl_runs: dict[Path, list], model: str | None) -> str:
+    """verl keeps enough prompts under max_prompt_length: a refusal at the field's line when a step's
+    worth would not survive, a warning with the share dropped otherwise; why the prompts were not
+    measured (said once), or ''."""
+    from cancelctl.backends.verl.prompt_lengths import measure_runs
+
+    skipped = ""
+    for item in results:
+        runs, sweep = verl_runs.get(item.path, []), sweeps.get(item.path)
+        if not runs:
+            continue
+        checks, why = measure_runs(runs, model=model)
+        skipped = skipped or why
+        refusals, warnings = {}, {}
+        for run in runs:
+            for check in checks.get(run.run_id, []):
+                if check.refused:
+                    refusals[f"{sweep.location_of(run.arm, 'data.max_prompt_length')}: {check.refusal()}"] = None
+                elif (warning := check.warning()) is not None:
+                    warnings[warning] = None
+        if refusals:
+            title = "prompts verl would drop under max_prompt_length"
+            item.title = title if item.ok else f"{item.title}; {title}"
+            item.ok = False
+            item.lines += list(refusals)
+        item.note += "".join(f"; warning: {w}" for w in warnings)
+    return skipped
 
 
 def _compose_verl(results: list[FileResult], verl_runs: dict[Path, list], progress=None) -> str:

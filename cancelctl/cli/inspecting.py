@@ -49,8 +49,8 @@ def _print_validation(report) -> None:
                 err_console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
             if len(item.lines) > 20:
                 err_console.print(f"  ... and {len(item.lines) - 20} more", highlight=False)
-    if report.verl_status:
-        console.print(f"[dim]{report.verl_status}[/]", highlight=False)
+    for status in filter(None, [report.verl_status, report.data_status]):
+        console.print(Text(status, style="dim"), highlight=False, soft_wrap=True)  # a status quotes `[extra]`s
 
 
 def plan(
@@ -58,7 +58,8 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     allow_unmatched: bool = typer.Option(False, help="Accept arms that are not compute-matched."),
 ) -> None:
-    """List the runs a sweep expands to, with stable run ids and planned compute."""
+    """List the runs a sweep expands to, with stable run ids and planned compute (with --json, also the
+    prompts verl keeps under max_prompt_length, where the data and the tokenizer are on this machine)."""
     from cancelctl.spec.batching import minibatch_order, minibatch_order_note
 
     sweep = load_sweep_file(path, allow_unmatched=allow_unmatched)
@@ -83,7 +84,11 @@ def plan(
             }
             for r in sweep.runs
         ]
-        typer.echo(json.dumps({"sweep": sweep.name, "baseline": sweep.spec.baseline, "runs": rows}, indent=2))
+        lengths, skipped = _prompt_lengths(sweep)
+        for row in rows:
+            row["prompt_lengths"] = lengths.get(row["run_id"])
+        typer.echo(json.dumps({"sweep": sweep.name, "baseline": sweep.spec.baseline, "runs": rows,
+                               "prompt_lengths_skipped": skipped or None}, indent=2))
         return
     axes = list(sweep.runs[0].axes) if sweep.runs else []
     table = Table(title=f"{sweep.name}: {len(sweep.runs)} runs", title_justify="left", box=None, pad_edge=False)
@@ -103,6 +108,17 @@ def plan(
     console.print(table)
     for w in sweep.warnings:
         say(err_console, "NOT compute-matched:", "yellow", w)
+
+
+def _prompt_lengths(sweep) -> tuple[dict[str, list[dict]], str]:
+    """Each verl run's prompt counts under max_prompt_length (backends.verl.prompt_lengths), and why
+    they were not measured, where the data or the tokenizer is not on this machine."""
+    if not any(r.spec.backend == "verl" for r in sweep.runs):
+        return {}, ""
+    from cancelctl.backends.verl.prompt_lengths import measure_runs
+
+    checks, skipped = measure_runs(sweep.runs)
+    return {run_id: [c.to_json() for c in found] for run_id, found in checks.items()}, skipped
 
 
 BUDGET_UNITS = {"steps": "steps", "gen_tokens": "tokens", "update_steps": "updates"}
@@ -178,7 +194,8 @@ def smoke(
 ) -> None:
     """Run every distinct verl configuration (arm x grid point, one seed) for two real training steps,
     a checkpoint and a resume, on CPU with a tiny model of its family and the first rows of its data.
-    Exit 0 only when every configuration passes."""
+    Refused first, before any job: data verl could not read, and prompts that max_prompt_length would
+    leave fewer than a step of. Exit 0 only when every configuration passes."""
     from cancelctl.backends.validate import validate_files
     from cancelctl.executors.registry import executor_names
     from cancelctl.smoke import run_smoke
@@ -186,16 +203,27 @@ def smoke(
     if executor not in executor_names():
         fail_input(ArgumentError(f"--executor {executor!r}: one of {', '.join(executor_names())}"))
     sweep = load_sweep_file(path, allow_unmatched=True)  # compute matching is the sweep's business, not the smoke's
-    checked = validate_files([path], allow_unmatched=True, compose_verl=False)  # the data files, before any job
+    # the data files and their prompts' lengths, before any job
+    checked = validate_files([path], allow_unmatched=True, compose_verl=False, model=model)
     if not checked.ok:
         _print_validation(checked)
         raise typer.Exit(2)
+    _print_data_notes(checked)
     with err_console.status("smoke") as spinner:
         result = run_smoke(sweep, workdir=workdir_path(workdir), executor=executor, partition=partition, model=model,
                            resume_each=resume_each,
                            progress=lambda message: spinner.update(message))
     _print_smoke(result)
     raise typer.Exit(result.exit_code)
+
+
+def _print_data_notes(report) -> None:
+    """validate's warnings on the data (prompts verl drops) and why a check was skipped, on stderr."""
+    for item in report.files:
+        for warning in (w for w in item.note.split("; warning: ")[1:] if w):
+            say(err_console, "warning:", "yellow", warning)
+    if report.data_status:
+        err_console.print(Text(report.data_status, style="dim"), highlight=False, soft_wrap=True)
 
 
 def _print_smoke(result) -> None:
