@@ -236,7 +236,7 @@ def _print_smoke(result) -> None:
     for row in result.rows:
         style = "green" if row.status == OK else "bold red"
         table.add_row(row.configuration, f"[{style}]{row.status}[/]", f"{row.seconds:.0f}" if row.seconds else "-",
-                      Text(row.cause or row.note))
+                      Text(row.remark))
     console.print(table)
     if result.lab_runs:
         console.print(f"[dim]{result.lab_runs} lab runs: nothing to smoke (the lab runs on this machine as it is)[/]")

@@ -51,6 +51,12 @@ class SmokeRow:
     seconds: float = 0.0  # both jobs' wall time
     cause: str = ""  # the first real error line
     note: str = ""
+    smoked_as: str = ""  # what the smoke ran instead of the configuration's own setting, and why
+
+    @property
+    def remark(self) -> str:
+        """The cause or note, then what was smoked instead (one cell of the smoke's table)."""
+        return "; ".join(filter(None, [self.cause or self.note, self.smoked_as]))
 
 
 @dataclass
@@ -89,7 +95,7 @@ def run_smoke(sweep: Sweep, *, workdir: Path, executor: str = "local", partition
     shutil.rmtree(directory, ignore_errors=True)  # every smoke starts clean: its verdict is about now
     directory.mkdir(parents=True)
     result = SmokeResult(sweep.name, directory, lab_runs=sum(r.spec.backend != "verl" for r in sweep.runs))
-    cases = [_Case(run, SmokeRow(configuration_label(run))) for run in distinct_configurations(sweep)]
+    cases = [_Case(run, SmokeRow(configuration_label(run), smoked_as=smoked_as(run))) for run in distinct_configurations(sweep)]
     result.rows = [case.row for case in cases]
     if not cases:
         return result
@@ -124,6 +130,14 @@ def run_smoke(sweep: Sweep, *, workdir: Path, executor: str = "local", partition
             _check_resumed(case, work)
     result.seconds = time.monotonic() - started
     return result
+
+
+def smoked_as(run: RunSpec) -> str:
+    """What of the configuration the smoke cannot run as it is: a Megatron configuration trains with
+    FSDP2 (configurations.smoke_run), its Megatron config only composed."""
+    if run.spec.model.strategy == "megatron":
+        return "smoked with FSDP2: the CPU runtime has no Megatron (its Megatron config was composed, not run)"
+    return ""
 
 
 def checkpoint_family(run: RunSpec) -> tuple:

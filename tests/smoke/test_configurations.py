@@ -137,3 +137,25 @@ def test_a_job_that_fails_inside_verl_shows_its_workers_own_line(tmp_path):
         write_error(run_dir, "FAILED")
     assert job_error_line(job, tmp_path / "work", "the state's reason") == "ValueError: planted: cannot score 'abc'"
     assert job_error_line(job, tmp_path / "elsewhere", "the state's reason") == "the state's reason"
+
+
+def test_a_megatron_configurations_row_says_it_was_smoked_with_fsdp2(tmp_path, monkeypatch, capsys):
+    """The CPU runtime has no Megatron: smoke_run trains such a configuration with FSDP2, and its row says so
+    (whatever its outcome); an FSDP configuration's row says nothing of the kind."""
+    from cancelctl.cli.inspecting import _print_smoke
+    from cancelctl.smoke import runner
+
+    sweep = sweep_of(tmp_path, {"mega": {"model": {"strategy": "megatron", "tensor_parallel": 2}}, "fsdp": {}})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))  # no model here: both refused at step 1
+    monkeypatch.setattr(runner, "_compose", lambda cases, say: None)
+    result = runner.run_smoke(sweep, workdir=tmp_path / "work")
+    mega, fsdp = (next(row for row in result.rows if row.configuration == arm) for arm in ("mega", "fsdp"))
+    megatron = next(run for run in distinct_configurations(sweep) if run.arm == "mega")
+    assert smoke_run(megatron, sweep="x", model=tmp_path, train_files=["t.parquet"], val_files=[],
+                     steps=1, executor="local", partition=None, launch_dir=tmp_path).spec.model.strategy == "fsdp2"
+    assert mega.status == REFUSED and mega.smoked_as.startswith("smoked with FSDP2: the CPU runtime has no Megatron")
+    assert mega.remark.startswith("model.path: ") and mega.remark.endswith(mega.smoked_as)
+    assert fsdp.smoked_as == "" and "FSDP2" not in fsdp.remark
+    _print_smoke(result)
+    assert "smoked with FSDP2" in " ".join(capsys.readouterr().out.split())
