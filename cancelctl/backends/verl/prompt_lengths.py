@@ -89,7 +89,7 @@ class PromptLengthCheck:
             return None
         longest = max((f.longest for f in self.files if f.longest is not None), default=None)
         names = ", ".join(f.file for f in self.files if f.dropped)
-        what = "verl drops them" if self.drops else "data.filter_overlong_prompts is off: verl keeps them whole"
+        what = "verl drops them" if self.drops else "data.filter_overlong_prompts is off: verl does not drop them (data.truncation decides)"
         return (f"{self.split}: {self.dropped:,} of {self.prompts:,} prompts ({100 * self.dropped / self.prompts:.1f}%) "
                 f"exceed max_prompt_length {self.max_prompt_length:,} under the model's chat template, longest "
                 f"{longest:,}: {what} ({names})")
