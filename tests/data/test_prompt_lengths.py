@@ -16,6 +16,9 @@ from cancelctl.data.prompt_lengths import UNRENDERABLE, prompt_lengths
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "verl"))
 
+# the tokenizer needs transformers, which the verl extra brings: CI runs these with `pytest -m verl`
+pytestmark = pytest.mark.verl
+
 # ChatML around one user message: <|im_start|> "user\n" … <|im_end|> "\n" <|im_start|> "assistant\n"
 CHATML_TOKENS = 1 + 5 + 1 + 1 + 1 + 10
 

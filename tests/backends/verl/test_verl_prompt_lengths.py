@@ -70,6 +70,7 @@ def line_of(path: Path, text: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
+@pytest.mark.verl  # the tokenizer needs transformers (the verl extra)
 def test_validate_refuses_a_sweep_whose_prompts_all_exceed_max_prompt_length(here, model_dir):
     sweep = write_sweep(here, CHATML_TOKENS + 5, str(model_dir))
     result = runner.invoke(app, ["validate", "--skip-verl", str(sweep.name)])
@@ -83,6 +84,7 @@ def test_validate_refuses_a_sweep_whose_prompts_all_exceed_max_prompt_length(her
     assert "Traceback" not in result.output
 
 
+@pytest.mark.verl  # the tokenizer needs transformers (the verl extra)
 def test_fewer_kept_than_one_step_is_refused_more_is_a_warning_with_the_share_dropped(here, model_dir):
     sweep = write_sweep(here, CHATML_TOKENS + 12, str(model_dir))  # keeps 10..12: 3 prompts, one step needs 4
     result = runner.invoke(app, ["validate", "--skip-verl", sweep.name])
@@ -96,6 +98,7 @@ def test_fewer_kept_than_one_step_is_refused_more_is_a_warning_with_the_share_dr
     assert "val: 1 of 2 prompts (50.0%) exceed max_prompt_length 44" in out
 
 
+@pytest.mark.verl  # the tokenizer needs transformers (the verl extra)
 def test_plan_json_carries_the_counts(here, model_dir):
     sweep = write_sweep(here, CHATML_TOKENS + 25, str(model_dir))
     result = runner.invoke(app, ["plan", "--json", sweep.name])
@@ -121,6 +124,7 @@ def test_a_tokenizer_not_on_this_machine_skips_the_check_said_once(here, monkeyp
     assert plan["runs"][0]["prompt_lengths"] is None and "org/not-cached" in plan["prompt_lengths_skipped"]
 
 
+@pytest.mark.verl  # the tokenizer needs transformers (the verl extra)
 def test_smoke_refuses_before_any_job_in_seconds(here, model_dir, monkeypatch):
     import cancelctl.smoke
 
