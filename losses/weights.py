@@ -67,12 +67,15 @@ class DeviceGenerators:
 
 
 def sign_weights(advantages: torch.Tensor, keep: str) -> torch.Tensor:
-    """Probes [C §3.2]: keep="positive" zeroes rows with Â ≤ 0, keep="negative" rows with Â ≥ 0."""
-    if keep == "positive":
-        return (advantages.detach() > 0).float()
-    if keep == "negative":
-        return (advantages.detach() < 0).float()
-    raise ValueError(f"keep must be 'positive' or 'negative', got {keep!r}")
+    """Probes [C §3.2]: keep="positive" zeroes rows with Â ≤ 0, keep="negative" rows with Â ≥ 0.
+
+    fp32 1.0 / 0.0, the values of `(Â > 0).float()`, written by the comparison itself in one pass (no bool
+    tensor converted in a second one; tests/losses/test_weights.py checks the bits)."""
+    if keep not in ("positive", "negative"):
+        raise ValueError(f"keep must be 'positive' or 'negative', got {keep!r}")
+    advantages = advantages.detach()
+    out = torch.empty(advantages.shape, dtype=torch.float32, device=advantages.device)
+    return torch.gt(advantages, 0, out=out) if keep == "positive" else torch.lt(advantages, 0, out=out)
 
 
 def _accepted_keywords(loss_fn: LossFn) -> set[str] | None:

@@ -5,6 +5,8 @@ Ratios, not milliseconds, are the figures: each repeat times every case once, ro
 case's ratio is the median over repeats of (case time / baseline time in that repeat), so machine
 load drifts cancel. Targets (issue 3): every loss ≤ 1.15× `grpo` at 256 × 1024 on CPU; our `gspo`
 ≤ 1.05× verl's; every token-weight wrapper ≤ 1.15× its base loss (issue 11); every transform at 1,000 groups ≤ 1.5× its time at 10 groups (same rows).
+`inject_noise`'s draw is also timed alone (no target): its seeded stream is serial and may not change, so
+it is the least that wrapper can cost over `grpo` (issue 37.7).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import losses
 LOSS_TARGET = 1.15
 VERL_TARGET = 1.05
 FLAT_TARGET = 1.5
+NOISE_DRAW = "inject_noise: its draw alone"
 TRANSFORM_ROWS = 8000  # fixed rows for the group-count scaling: 1,000 groups of 8 vs 10 of 800
 
 
@@ -86,6 +89,11 @@ def _loss_cases(batch: dict) -> dict[str, tuple[str, Callable[[], None]]]:
         run(losses.inject_noise(losses.get("grpo"), sigma=0.2, seed=0), plain),
     )
     cases["positive_only(grpo)"] = ("wrapper", run(losses.positive_only(losses.get("grpo")), plain))
+    # inject_noise's floor: its seeded N(1, σ²) draw, a serial generator stream no rewrite may change (the
+    # same seed must replay the same weights), so that wrapper costs at least this over grpo
+    mask = batch["response_mask"]
+    generators = losses.DeviceGenerators(0)
+    cases[NOISE_DRAW] = ("part", lambda: losses.noise_weights(mask.shape, 0.2, generators(mask.device)))
     return cases
 
 
@@ -213,6 +221,8 @@ def run_loss_benchmark(
             out.append(row("loss", name, "grpo", None if name == "grpo" else loss_target))
         elif section == "wrapper":  # a token-weight wrapper over its base loss (issue 11: same target)
             out.append(row("wrapper", name, "grpo", loss_target))
+        elif section == "part":  # a wrapper's own step, printed to show where its time goes: no target
+            out.append(row("wrapper", name, "grpo", None))
     if has_verl:
         out.append(row("verl", "gspo: ours / verl", "gspo (verl)", VERL_TARGET, "gspo (ours)"))
         out.append(row("verl", "grpo: ours / verl vanilla", "vanilla (verl)", VERL_TARGET, "grpo (ours)"))

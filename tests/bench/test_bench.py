@@ -31,6 +31,8 @@ def test_run_loss_benchmark_reports_every_loss_variant_and_transform():
     assert "dfpo(transform=pos_orth_qp)" in text and "pos_orth_qp: 1000 / 10 groups" in text
     for name in ("tis(grpo)", "inject_noise(grpo)", "inject_delta(grpo)", "positive_only(grpo)"):
         assert by_name[name]["section"] == "wrapper" and by_name[name]["target"] == 1.15
+    draw = by_name["inject_noise: its draw alone"]  # inject_noise's floor, printed beside it without a target
+    assert draw["section"] == "wrapper" and draw["target"] is None and draw["ok"] is None and draw["ratio"] > 0
     table = loss_benchmark_table(rows)
     assert table.row_count == len(rows)
     assert "dfpo(min_replace, ablation stop_grad=False)" in list(table.columns[1].cells)  # labels survive rich

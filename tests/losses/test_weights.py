@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import pytest
@@ -170,3 +171,67 @@ def test_wrapped_losses_keep_their_own_defaults_and_group_ids(b):
         **b.kwargs(group_ids=b.group_ids, rollout_log_prob=b.old_log_prob)
     )
     assert "dfpo/asym" in metrics
+
+
+# Issue 37.7: the probes' weights are written in one pass (the comparison writes fp32 1.0 / 0.0) instead of
+# a bool tensor converted in a second one. The math must not move by one bit: compare with the former form.
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    ints = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16}
+    return t.detach().contiguous().view(ints[t.dtype])
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+def _former_sign_weights(advantages, keep):
+    if keep == "positive":
+        return (advantages.detach() > 0).float()
+    if keep == "negative":
+        return (advantages.detach() < 0).float()
+    raise ValueError(f"keep must be 'positive' or 'negative', got {keep!r}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_sign_weights_are_the_former_boolean_floats_bit_for_bit(dtype):
+    special = torch.tensor([-1.0, -0.0, 0.0, 2.0, float("nan"), float("inf"), -float("inf"), 1e-30, -1e-30])
+    values = torch.cat([special, torch.randn(500, generator=torch.Generator().manual_seed(0))]).to(dtype)
+    for adv in (values.reshape(1, -1), values[:7, None].expand(7, 5), values[::3]):  # plain, broadcast, strided
+        for keep in ("positive", "negative"):
+            assert _same_bits(losses.sign_weights(adv, keep), _former_sign_weights(adv, keep)), (dtype, keep)
+    with pytest.raises(ValueError, match="keep must be"):
+        losses.sign_weights(values, "both")
+
+
+PROBED = {
+    "positive_only": losses.positive_only,
+    "negative_only": losses.negative_only,
+    "nested": lambda fn: losses.tis(
+        losses.inject_noise(losses.inject_delta(losses.positive_only(fn), delta=3.0), sigma=0.2, seed=4), cap=2.0
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("probe", list(PROBED))
+@pytest.mark.parametrize("name", ["grpo", "dapo", "gspo", "grpo_symclip", "dfpo"])
+def test_probed_losses_and_gradients_are_bit_for_bit_the_former_ones(name, probe, dtype, monkeypatch):
+    """Loss, metrics and gradient of each probe over every loss (alone, under the other wrappers, with and
+    without a caller's rollout_is_weights), in one process: now vs with the former sign weights put back."""
+    b = make_batch(groups=4, group_size=4, tokens=24, seed=5, spread=0.4, dtype=dtype)
+    rollout = b.old_log_prob - 0.3
+    caller = torch.rand(b.old_log_prob.shape, generator=torch.Generator().manual_seed(1)).to(dtype) + 0.5
+
+    def outputs(rollout_is_weights):
+        fn = PROBED[probe](losses.get(name))  # made afresh: inject_noise replays its seed
+        kwargs = b.kwargs(group_ids=b.group_ids, rollout_log_prob=rollout, rollout_is_weights=rollout_is_weights)
+        loss, metrics = fn(**kwargs)
+        return loss, metrics, grad_of(loss, b.log_prob)
+
+    now = [outputs(None), outputs(caller)]
+    monkeypatch.setattr(importlib.import_module("losses.weights"), "sign_weights", _former_sign_weights)
+    for (loss, metrics, grad), (loss0, metrics0, grad0) in zip(now, [outputs(None), outputs(caller)], strict=True):
+        assert _same_bits(loss, loss0) and _same_bits(grad, grad0) and metrics == metrics0
+        assert (grad == 0).any() and (grad != 0).any()  # the probe dropped rows, and kept some
