@@ -1,7 +1,8 @@
 """`cancelctl smoke` end to end on planted errors: `cancelctl data prepare chain_sum`, then one smoke of
 a sweep whose arms each carry one mistake a user makes — a template key verl does not have, a
-micro-batch that would split DFPO's groups, a tokenizer with no chat template, a reward that returns
-None — each refused before any job starts, with its own one-line cause. No verl job runs here: the smoke's real `main_ppo` jobs, with a resume, are README's first verl
+micro-batch that would split DFPO's groups, a reward that returns None — each refused before any job
+starts, with its own one-line cause; a tokenizer with no chat template is refused earlier still, by the
+prompt-length check every smoke starts with (no prompt renders, so verl would keep none). No verl job runs here: the smoke's real `main_ppo` jobs, with a resume, are README's first verl
 sweep (tests/test_readme.py); the other shapes of the shipped experiments (reward_balanced, δ with
 TIS, DFPO) train, requeue and resume on real `main_ppo` in tests/slurm/test_verl_e2e.py, and a job
 that fails inside verl shows its worker's own line (there, and in the smoke's row:
@@ -37,7 +38,7 @@ def cli(*args: str, cwd: Path, timeout: float = 500) -> subprocess.CompletedProc
 @pytest.fixture(scope="module")
 def smoked(tmp_path_factory):
     root = tmp_path_factory.mktemp("smoke")
-    prepared = cli("data", "prepare", "chain_sum", "--size", "64", "--seed", "1", cwd=root)
+    prepared = cli("data", "prepare", "chain_sum", "--size", "160", "--seed", "1", cwd=root)  # >= a step's 128 prompts
     assert prepared.returncode == 0, prepared.stdout + prepared.stderr
     build_model(root / "model")  # the user's model: a tiny Qwen2 with a ChatML byte-level tokenizer
     shutil.copytree(root / "model", root / "no-chat")
@@ -66,7 +67,6 @@ def smoked(tmp_path_factory):
         "arms": {
             "bad-key": {"model": {"template": str(root / "bad-key.yaml")}},
             "split-groups": {"algorithm": {"loss": "dfpo"}, "model": {"template": str(root / "dynamic.yaml")}},
-            "no-chat-template": {"model": {"path": "no-chat"}},
             "reward-none": {"data": {"reward_function": "none_reward.py"}},
         },
         "seeds": [0, 1],
@@ -94,11 +94,22 @@ def table_rows(text: str, arms) -> dict[str, str]:
 def test_each_planted_error_gives_its_own_one_line_cause_and_no_job_starts(smoked):
     root, result, rows = smoked
     assert result.returncode == 2, result.stdout + result.stderr  # bad input: exit 2, nothing ran
-    assert set(rows) == {"bad-key", "split-groups", "no-chat-template", "reward-none"}, result.stdout
+    assert set(rows) == {"bad-key", "split-groups", "reward-none"}, result.stdout
     assert "refused" in rows["bad-key"] and "ppo_epoch_count" in rows["bad-key"] and "not in struct" in rows["bad-key"]
     assert "refused" in rows["split-groups"] and "whole groups per micro-batch" in rows["split-groups"]
-    assert "refused" in rows["no-chat-template"] and "no chat template" in rows["no-chat-template"]
     assert "refused" in rows["reward-none"] and "returned None" in rows["reward-none"]
+
+
+def test_a_tokenizer_without_a_chat_template_is_refused_before_any_configuration(smoked):
+    root, _, _ = smoked
+    spec = yaml.safe_load((root / "sweep.yaml").read_text())
+    spec["name"], spec["arms"] = "no-chat", {"no-chat-template": {"model": {"path": "no-chat"}}}
+    (root / "no-chat.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = cli("smoke", "no-chat.yaml", "--workdir", "work-no-chat", cwd=root)
+    text = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 2 and "data.max_prompt_length" in text, text
+    assert "no prompt renders under the chat template" in text, text
+    assert not (root / "work-no-chat" / "smoke" / "no-chat" / "work" / "sweeps").exists()  # no job was launched
 
 
 def test_a_refused_smoke_never_enters_the_sweeps_experiment_or_manifest(smoked):
