@@ -1,7 +1,7 @@
 """A chaos soak on a real SLURM cluster: a sweep of small lab runs while a fault injector, on a seeded
 schedule, restarts slurmctld, stops slurmdbd for a while, makes sacct/squeue hang, fail or print
-garbage (a PATH shim in front of the real binaries, for cancelctl's verbs only), requeues and kills
-running jobs, and SIGTERMs / SIGKILLs the launcher mid-submit, with `status`, `watch` and `report`
+garbage (a PATH shim in front of the real binaries, for cancelctl's verbs only), requeues running jobs
+(scontrol requeue, and submitit's USR2 time-limit warning) and kills them, and SIGTERMs / SIGKILLs the launcher mid-submit, with `status`, `watch` and `report`
 running throughout; then plain reruns until every run is done. Afterwards everything is counted from
 the scheduler's own history (sacct with requeued instances) and the store (MLflow, the run folders),
 not from cancelctl's view:
@@ -46,7 +46,12 @@ LOSSES = ["grpo", "gspo", "dapo", "grpo_symclip", "dfpo", "dfpo"]
 LAB = {"d_model": 16, "n_layers": 1, "n_heads": 2, "warmstart_steps": 5, "checkpoint_every": 2, "max_operand": 5}
 STEPS = 6
 FAULT_KINDS = ("slurmctld_restart", "slurmdbd_stop", "queries_hang", "queries_fail", "queries_garbage",
-               "requeue_job", "kill_job")
+               "requeue_job", "time_limit_warning", "kill_job")
+JOB_FAULTS = {  # on a running task: SLURM's requeue, submitit's USR2 before the time limit (it requeues), a kill
+    "requeue_job": lambda task: ["scontrol", "requeue", task],
+    "time_limit_warning": lambda task: ["scancel", "--signal=USR2", task],
+    "kill_job": lambda task: ["scancel", task],
+}
 SHIM = """#!/bin/sh
 mode=$(cat {mode} 2>/dev/null)
 case "$mode" in
@@ -188,15 +193,15 @@ def inject(soak: Soak, window_s: float) -> None:
             soak.shim(kind.split("_", 1)[1])
             time.sleep(length)
             soak.shim(None)
-        elif kind in ("requeue_job", "kill_job"):
+        elif kind in JOB_FAULTS:
             tasks = running_tasks(soak.sweep)
             if not tasks:  # nothing running now: tried again later, not counted
                 order.append(kind)
                 time.sleep(1.0)
                 continue
             task = soak.rng.choice(tasks)
-            command = [_real("scontrol"), "requeue", task] if kind == "requeue_job" else [_real("scancel"), task]
-            if not _quiet(command):
+            command = JOB_FAULTS[kind](task)
+            if not _quiet([_real(command[0]), *command[1:]]):
                 continue
         soak.faults[kind] += 1
         time.sleep(soak.rng.uniform(0.01, 0.04) * window_s)
@@ -266,12 +271,12 @@ def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: floa
     injector = threading.Thread(target=inject, args=(soak, window_s), daemon=True)
     injector.start()
     # the launcher killed mid-submit: SIGTERM once, SIGKILL once (sbatch paused so the kill lands between arrays)
-    slow = {**env, "CANCELCTL_FAULT_PAUSE_BEFORE_SBATCH": "1.5"}
+    slow = {**env, "CANCELCTL_FAULT_PAUSE_BEFORE_SBATCH": "0.75"}
     manifest = workdir / "sweeps" / name / "manifest.json"
     for signum in (signal.SIGTERM, signal.SIGKILL):
         arrays = submitted_arrays(manifest)  # killed once it has submitted one more array, mid-way to the next
         soak.cli("sweep", str(soak.sweep_file), "-w", str(workdir), env=slow,
-                 signal_when=lambda: submitted_arrays(manifest) > arrays, signal_after=(soak.rng.uniform(0.2, 1.3), signum))
+                 signal_when=lambda: submitted_arrays(manifest) > arrays, signal_after=(soak.rng.uniform(0.1, 0.6), signum))
         soak.faults[f"launcher_{signal.Signals(signum).name}"] += 1
     phases = {"launches killed mid-submit": time.time() - started}
     soak.cli("sweep", str(soak.sweep_file), "-w", str(workdir))  # a plain rerun submits what the kills left

@@ -1,6 +1,7 @@
 """The chaos soak's short variant (benchmarks/chaos_soak.py): 40+ lab runs on the CI cluster while
 slurmctld restarts, slurmdbd stops, sacct/squeue hang, fail and garble, jobs are requeued and killed
-and the launcher is SIGTERMed and SIGKILLed mid-submit; counted afterwards from sacct's history and
+(scontrol requeue, and submitit's USR2 time-limit warning) and the launcher is SIGTERMed and SIGKILLed
+mid-submit — what tests/slurm/test_slurm_cluster.py once checked one at a time; counted afterwards from sacct's history and
 the store. It restarts the cluster's daemons: the slurm tests run one after another (the `machine`
 xdist group), so no other test is using the cluster meanwhile."""
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_chaos_soak_loses_nothing_duplicates_nothing_and_reports_what_an_undisturbed_sweep_does(tmp_path):
     figures_path = tmp_path / "soak.json"
     soak = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "chaos_soak.py"), "--runs", "40", "--window", "40", "--seed", "1",
+        [sys.executable, str(ROOT / "benchmarks" / "chaos_soak.py"), "--runs", "40", "--window", "25", "--seed", "1",
          "--settle", "240", "--folder", str(tmp_path / "soak"), "--json", str(figures_path)],
         capture_output=True, text=True, timeout=420, cwd=ROOT,
     )
@@ -37,7 +38,8 @@ def test_a_chaos_soak_loses_nothing_duplicates_nothing_and_reports_what_an_undis
     assert figures["tracebacks"] == 0, figures["traceback_samples"]
     assert figures["report_ok"] and figures["report_differences"] == [], figures["report_differences"]
     injected = figures["faults"]
-    for kind in ("slurmctld_restart", "slurmdbd_stop", "launcher_SIGTERM", "launcher_SIGKILL", "requeue_job", "kill_job"):
+    for kind in ("slurmctld_restart", "slurmdbd_stop", "launcher_SIGTERM", "launcher_SIGKILL", "requeue_job",
+                 "time_limit_warning", "kill_job"):
         assert injected.get(kind, 0) >= 1, (kind, injected)
     assert sum(injected.get(k, 0) for k in ("queries_hang", "queries_fail", "queries_garbage")) >= 1, injected
     assert soak.returncode == 0, soak.stdout[-2000:]
