@@ -36,6 +36,17 @@ class PairedTest:
     n: int
 
 
+def _paired_differences(x, baseline, alternative: str, test: str) -> np.ndarray:
+    """x − baseline, seed by seed, after checking the alternative and that both sides pair up."""
+    if alternative not in ("two-sided", "greater", "less"):
+        raise ValueError(f"alternative must be 'two-sided', 'greater' or 'less', got {alternative!r}")
+    xs = finite_1d(x, f"{test} x")
+    base = finite_1d(baseline, f"{test} baseline")
+    if xs.size != base.size:
+        raise ValueError(f"{test}: {xs.size} values vs {base.size} baseline values; pair by seed first")
+    return xs - base
+
+
 def paired_t_test(
     x: Sequence[float] | np.ndarray,
     baseline: Sequence[float] | np.ndarray,
@@ -55,13 +66,7 @@ def paired_t_test(
     ~1e-17 for them) give t = ±inf: p = 0 on the side of their mean (its interval is that one point),
     1 on the other side and when the mean is `shift`.
     """
-    if alternative not in ("two-sided", "greater", "less"):
-        raise ValueError(f"alternative must be 'two-sided', 'greater' or 'less', got {alternative!r}")
-    xs = finite_1d(x, "paired_t_test x")
-    base = finite_1d(baseline, "paired_t_test baseline")
-    if xs.size != base.size:
-        raise ValueError(f"paired_t_test: {xs.size} values vs {base.size} baseline values; pair by seed first")
-    diffs = xs - base
+    diffs = _paired_differences(x, baseline, alternative, "paired_t_test")
     n = diffs.size
     delta = float(diffs.mean())
     if n < MIN_T_SEEDS:
@@ -108,13 +113,7 @@ def paired_bootstrap_test(
     `alternative="greater"` / `"less"`: one-sided, H1 mean(x − baseline) > 0 / < 0, counting
     t* ≥ t / t* ≤ t (a directional claim is tested one-sided; see cancelctl.stats.verdicts).
     """
-    if alternative not in ("two-sided", "greater", "less"):
-        raise ValueError(f"alternative must be 'two-sided', 'greater' or 'less', got {alternative!r}")
-    xs = finite_1d(x, "paired_bootstrap_test x")
-    base = finite_1d(baseline, "paired_bootstrap_test baseline")
-    if xs.size != base.size:
-        raise ValueError(f"paired_bootstrap_test: {xs.size} values vs {base.size} baseline values; pair by seed first")
-    diffs = xs - base
+    diffs = _paired_differences(x, baseline, alternative, "paired_bootstrap_test")
     n = diffs.size
     delta = float(diffs.mean())
     if n < MIN_PAIRED_SEEDS:
