@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from polling import wait_until
 from sweep_files import TINY_LAB, write_sweep
 
 from cancelctl import fencing
@@ -41,14 +42,6 @@ def test_writers_check_the_fence_this_process_holds(tmp_path):
     assert isinstance(fencing.StaleAttempt("x"), BaseException) and not isinstance(fencing.StaleAttempt("x"), Exception)
 
 
-def _wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
-        time.sleep(0.05)
-    return value
-
-
 def test_a_stale_attempt_alive_beside_a_newer_one_stops_without_writing(tmp_path, workdir):
     lab = {**TINY_LAB, "checkpoint_every": 3}
     path = write_sweep(tmp_path, "fence", arms={"grpo": {"algorithm": {"loss": "grpo"}}}, seeds=(0,), steps=100_000,
@@ -58,11 +51,11 @@ def test_a_stale_attempt_alive_beside_a_newer_one_stops_without_writing(tmp_path
     folder = RunFolder(sweep_paths(workdir, sweep.name).run_dir(run.run_id, run.name))
     launch_sweep(sweep, workdir=workdir, executor="local", wait=False)
     try:
-        _wait_for(lambda: (folder.last_step() or 0) >= 4, 90, "step 4")
+        wait_until(lambda: (folder.last_step() or 0) >= 4, 90, "step 4", poll_s=0.05)
         pid = next(a["pid"] for a in read_attempts(folder.path) if a["event"] == "start")
         newer = fencing.claim(folder.path, "manual-sbatch")  # a second attempt of the same run starts
-        _wait_for(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3],
-                  60, "the stale attempt to stop")
+        wait_until(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3],
+                   60, "the stale attempt to stop", poll_s=0.05)
         files = {p.name: p.stat().st_mtime_ns for p in folder.path.iterdir()}
         metrics = folder.metrics.read_bytes()
         time.sleep(1.0)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from polling import wait_until
 from sweep_files import write_sweep
 
 from cancelctl.jobs.outcome import read_attempts
@@ -49,14 +50,6 @@ def _launch_processes(workdir: Path) -> list[int]:
     return sorted(pid for pid in pids if _alive(pid) and pid != os.getpid())
 
 
-def _wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
-        time.sleep(0.05)
-    return value
-
-
 @pytest.mark.parametrize("moment", ["a run starting", "runs stepping"])
 def test_sigterm_to_the_launcher_ends_every_run_of_its_launch_cancelled(tmp_path, workdir, moment):
     path = write_sweep(tmp_path, "term", arms=ARMS, seeds=(0, 1), steps=100_000)  # 4 runs, 2 at a time
@@ -67,10 +60,11 @@ def test_sigterm_to_the_launcher_ends_every_run_of_its_launch_cancelled(tmp_path
                            env={**os.environ, "CANCELCTL_LOCAL_PARALLEL": "2"})
     try:
         if moment == "a run starting":  # its controller is up, the run itself still importing
-            _wait_for(lambda: list(workdir.glob("sweeps/*/submitit/local/*")), 120, "a run's controller")
+            wait_until(lambda: list(workdir.glob("sweeps/*/submitit/local/*")), 120, "a run's controller", poll_s=0.05)
         else:
-            _wait_for(lambda: sum((paths.run_dir(r.run_id, r.name).joinpath("metrics.jsonl").exists()) for r in sweep.runs) == 2
-                      and sum((s.step or 0) >= 3 for s in sweep_status(workdir, sweep.name)) == 2, 120, "two runs stepping")
+            wait_until(lambda: sum((paths.run_dir(r.run_id, r.name).joinpath("metrics.jsonl").exists()) for r in sweep.runs) == 2
+                       and sum((s.step or 0) >= 3 for s in sweep_status(workdir, sweep.name)) == 2, 120, "two runs stepping",
+                       poll_s=0.05)
         os.kill(cli.pid, signal.SIGTERM)  # the launcher alone: no run gets a signal from the terminal
         out, err = cli.communicate(timeout=90)
     finally:
@@ -125,7 +119,7 @@ def test_cancel_while_runs_start_and_before_the_manifest_exists_cancels_them(tmp
     assert not sweep_paths(workdir, sweep.name).store.exists()  # no manifest yet
     cancel_sweep(workdir, sweep.name)  # not "unknown sweep"
     launcher.join(60)
-    states = _wait_for(lambda: [s for s in sweep_status(workdir, sweep.name) if not s.active] or None, 60, "runs to end")
+    states = wait_until(lambda: [s for s in sweep_status(workdir, sweep.name) if not s.active] or None, 60, "runs to end", poll_s=0.05)
     assert [s.state for s in states] == ["cancelled", "cancelled"], [(s.name, s.state, s.reason) for s in states]
     assert all("unsubmitted" not in s.reason for s in states)
-    _wait_for(lambda: _launch_processes(workdir) == [], 30, "no process left")
+    wait_until(lambda: _launch_processes(workdir) == [], 30, "no process left", poll_s=0.05)
