@@ -47,6 +47,7 @@ class RunState:
     # the scheduler ended it on a cancel request, cancelctl's or anyone's (scancel): its MLflow run
     # is KILLED, as when the run closes itself on the SIGTERM, whichever of the two gets there
     cancel_requested: bool = False
+    hardware: dict[str, str] = field(default_factory=dict)  # what its latest attempt ran on (job.json)
 
     @property
     def active(self) -> bool:

@@ -56,7 +56,9 @@ def process_alive(pid: int | None, start: int | None) -> bool:
     return pid is not None and start is not None and process_start(pid) == start
 
 
-def start_attempt(run_dir: Path, token: str) -> None:
+def start_attempt(run_dir: Path, token: str, hardware: dict[str, str] | None = None) -> None:
+    """job.json (this attempt) and a start line in attempts.jsonl; `hardware`: what it runs on
+    (`cancelctl.jobs.hardware`), kept per attempt since a requeue may land on another node."""
     pid = os.getpid()
     job = {
         "token": token,
@@ -66,6 +68,7 @@ def start_attempt(run_dir: Path, token: str) -> None:
         "job_id": current_job_id(),
         "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
         "started_at": time.time(),
+        **({"hardware": hardware} if hardware else {}),
     }
     atomic_write_json(RunFolder(run_dir).job, job)
     _append_jsonl(RunFolder(run_dir).attempts, {"event": "start", **job})

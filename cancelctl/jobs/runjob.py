@@ -114,20 +114,24 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
     from cancelctl.jobs import preemption
     from cancelctl.spec.run import RunSpec
     from cancelctl.tracking import RunLogger
+    from cancelctl.jobs.hardware import describe_hardware
     from cancelctl.tracking.runfiles import run_store_uri
+    from cancelctl.tracking.tags import hardware_tags
 
     record = json.loads(RunFolder(run_dir).run_json.read_text(encoding="utf-8"))
     run = RunSpec.from_json(record["run"])
     folder = RunFolder(run_dir)  # paths pinned at launch follow a moved or copied work dir
     cache_dir = folder.relocated(record["cache_dir"], record.get("workdir"))
-    start_attempt(run_dir, token)
+    if threads:
+        _limit_threads(threads)
+    hardware = describe_hardware(threads)
+    start_attempt(run_dir, token, hardware)
     RunFolder(run_dir).result.unlink(missing_ok=True)
     archive_error(run_dir)  # how an earlier attempt ended (e.g. SIGTERM before a requeue) is history now
     reserve_error_space(run_dir)
     archive_stop(run_dir)  # so is an earlier attempt's monitor stop (a run resumed with --retry-stopped)
-    if threads:
-        _limit_threads(threads)
     logger = RunLogger(run_dir, run_store_uri(record, run_dir), record.get("mlflow_run_id"))
+    logger.set_tags(hardware_tags(hardware))  # the latest attempt's; attempts.jsonl keeps each one's
     try:
         train = backend_train(run.spec.backend)
         if allocation is not None:

@@ -77,6 +77,9 @@ def run_state(
     folder = RunFolder(run_dir)
     state = RunState(run_id, entry.name, entry.arm, entry.seed, UNSUBMITTED, steps=entry.steps, run_dir=run_dir)
     state.attempts = sum(1 for a in read_attempts(run_dir) if a.get("event") == "start")
+    job = read_json(folder.job)
+    if isinstance(job, dict) and isinstance(job.get("hardware"), dict):
+        state.hardware = job["hardware"]
     result = read_json(folder.result)
     executor = executors[latest[0].executor] if latest is not None else None
     if result is not None:

@@ -23,6 +23,8 @@ GIT_SHA_TAG = "cancelctl.git_sha"
 VERSION_TAG_PREFIX = "cancelctl.version."
 STOPPED_BY_TAG = "cancelctl.stopped_by"  # the monitor rule that stopped the run (cancelctl.jobs.monitor)
 STOPPED_AT_STEP_TAG = "cancelctl.stopped_at_step"
+HARDWARE_TAG_PREFIX = "cancelctl.hardware."  # + each of HARDWARE_FIELDS, set by the job (cancelctl.jobs.hardware)
+HARDWARE_FIELDS = ("host", "cpu", "cpu_kernels", "gpu", "torch", "cuda", "driver", "threads")
 RUN_NAME_TAG = "mlflow.runName"
 MLFLOW_GIT_COMMIT_TAG = "mlflow.source.git.commit"
 
@@ -33,6 +35,7 @@ TAG_COLUMNS = {  # tag set at launch -> column of collect's runs frame
     SEED_TAG: "seed",
     G_TAG: "G",
     SPEC_HASH_TAG: "spec_hash",
+    **{HARDWARE_TAG_PREFIX + field: "hardware_" + field for field in HARDWARE_FIELDS},
 }
 
 
@@ -48,6 +51,11 @@ def run_tags(run: RunSpec) -> dict[str, str]:
         AXES_TAG: json.dumps(run.axes, sort_keys=True, default=str),
         RUN_ID_TAG: run.run_id,
     }
+
+
+def hardware_tags(hardware: dict[str, str]) -> dict[str, str]:
+    """The tags saying what a run's latest attempt ran on (`cancelctl.jobs.hardware.describe_hardware`)."""
+    return {HARDWARE_TAG_PREFIX + field: hardware.get(field, "") for field in HARDWARE_FIELDS}
 
 
 def stopped_tags(rule: str, step: int) -> dict[str, str]:

@@ -427,6 +427,21 @@ def test_version_list_and_logs(ran_sweep, tmp_path):
     assert missing.exit_code == 2 and "no run 'nope' in sweep rt" in missing.output
 
 
+def test_each_run_records_what_it_ran_on_in_status_json_and_its_mlflow_tags(ran_sweep):
+    import socket
+
+    from cancelctl.tracking.runs import client_for
+    from cancelctl.tracking.tags import HARDWARE_TAG_PREFIX
+
+    workdir, _ = ran_sweep
+    states = json.loads(runner.invoke(app, ["status", "rt", "--json", "-w", str(workdir)]).output)
+    runs = states["runs"] if isinstance(states, dict) else states
+    assert runs and all(r["hardware"]["host"] == socket.gethostname() and r["hardware"]["cpu_kernels"] for r in runs)
+    record = json.loads(next(workdir.glob("sweeps/rt/runs/*/run.json")).read_text())
+    tags = client_for(record["tracking_uri"]).get_run(record["mlflow_run_id"]).data.tags
+    assert tags[HARDWARE_TAG_PREFIX + "host"] == socket.gethostname()
+
+
 def test_ui_prints_a_loopback_mlflow_command_for_the_sweeps_store(ran_sweep):
     workdir, _ = ran_sweep
     result = runner.invoke(app, ["ui", "rt", "-w", str(workdir), "--port", "5123"])
