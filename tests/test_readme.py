@@ -1,8 +1,9 @@
-"""Every `cancelctl` example in the README runs, as written, through the CLI.
+"""Every `cancelctl` example in the README and the guide (docs/) runs, as written, through the CLI.
 
 The demo (README line 1: the lab sweep on the local executor, then its report) runs once for real
 in a fresh work dir; the other examples run against that work dir. SLURM examples run in the
-slurm-marked test when a cluster is up (CI starts one).
+slurm-marked test when a cluster is up (CI starts one). The README stays short and its links, and
+the guide's, lead somewhere; the guide's spec reference is the spec models' own.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from guide_pages import DOCS, guide_files, nav_pages
 from prepared_data import experiment_datasets, write_stand_ins
 from project_paths import ROOT
 from slurm_gate import cluster_problem
@@ -44,9 +46,13 @@ def code_blocks(text: str) -> list[list[str]]:
 
 
 def readme_commands(prefix: str = "cancelctl ") -> list[str]:
-    """Example command lines of bash blocks after the set-up block, comments stripped."""
+    """Example command lines of the code blocks of README.md (after its set-up block) and of every page
+    of docs/ (guide_pages.guide_files: the nav's order), comments stripped."""
     out = []
-    for block in code_blocks(README)[1:]:
+    blocks = code_blocks(README)[1:]
+    for page in guide_files()[1:]:
+        blocks += code_blocks(page.read_text())
+    for block in blocks:
         for line in block:
             line = line.split("  #", 1)[0].strip()
             if line.startswith(prefix):
@@ -76,7 +82,7 @@ def test_ci_runs_both_readme_lines_as_written():
     test extra only), so it fails where they would; the verl extra comes after."""
     ci = (ROOT / ".ci" / "run").read_text()
     assert "readme_line 1" in ci and "readme_line 2" in ci
-    assert ci.index("readme_line 2") < ci.index(".[test,verl,data,model]")
+    assert ci.index("readme_line 2") < ci.index(".[test,verl,data,model,docs]")
     assert DEMO_DONE_ENV in ci
 
 
@@ -136,6 +142,8 @@ def test_every_readme_example_is_covered_here():
     assert set(readme_commands()) == (
         LOCAL_EXAMPLES | SLURM_EXAMPLES | set(FIRST_VERL_EXAMPLES) | {UNTIL_DECIDED_EXAMPLE} | set(REAL_LM_EXAMPLES)
     )
+    # the 33 example lines README.md held before the guide moved them to docs/ (`status lab-demo` twice)
+    assert len(readme_commands()) >= 33
 
 
 def test_real_lm_examples_offline(tmp_path, monkeypatch):
@@ -305,9 +313,74 @@ def test_slurm_examples(tmp_path, monkeypatch):
 
 
 def test_readme_documents_every_lab_field():
+    """The guide's Science page carries the `lab:` table as the spec model generates it."""
     from cancelctl.spec.schema import lab_fields_markdown
 
-    assert lab_fields_markdown() in README
+    assert lab_fields_markdown() in (DOCS / "science.md").read_text()
+
+
+def test_spec_reference_is_current():
+    """docs/reference.md is the spec models' own reference, byte for byte: a field added, renamed or
+    redescribed in cancelctl/spec/ fails here until the page is generated again."""
+    from cancelctl.spec.schema import REFERENCE_PATH, spec_reference_markdown
+
+    page = (ROOT / REFERENCE_PATH).read_text()
+    assert page == spec_reference_markdown(), (
+        f"{REFERENCE_PATH} is stale: python -m cancelctl.spec.schema > {REFERENCE_PATH}"
+    )
+    for field in ("`algorithm.dfpo.transform`", "`budget.gen_tokens`", "`cluster.container_runtime`",
+                  "`monitor.entropy_collapse.action`", "`claims[].along.axis`", "`lab.moe.top_k`", "`seeds`"):
+        assert field in page
+
+
+def test_readme_is_short_and_links_every_guide_page():
+    """README: the two set-up lines first, at most 250 lines, a link to every page of the guide's nav,
+    and every page of docs/ in that nav (mkdocs --strict refuses a page outside it)."""
+    lines = README.splitlines()
+    assert len(lines) <= 250, len(lines)
+    assert lines[2].startswith("```") and code_blocks(README)[0] == lines[3:5]
+    for page in nav_pages():
+        assert f"](docs/{page}" in README, page
+    assert sorted(nav_pages()) == sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as mkdocs' toc and GitHub both make it for the headings used here."""
+    text = re.sub(r"[^\w\s-]", "", heading.strip().lower())
+    return re.sub(r"[-\s]+", "-", text).strip("-")
+
+
+def anchors(path: Path) -> set[str]:
+    return {slug(line.lstrip("#")) for line in _outside_code(path.read_text()) if re.match(r"#{1,6} ", line)}
+
+
+def _outside_code(text: str) -> list[str]:
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            lines.append(line)
+    return lines
+
+
+def test_guide_links_resolve():
+    """Every relative link of README.md and docs/ names a file that exists and, for a page, an anchor it
+    has: what mkdocs --strict checks in CI (it installs the docs extra), here without mkdocs, and for
+    README's links into docs/ too, which mkdocs never sees."""
+    broken = []
+    for path in guide_files():
+        body = re.sub(r"`[^`\n]*`", "", "\n".join(_outside_code(path.read_text())))
+        for target in re.findall(r"\]\(([^)\s]+)\)", body):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            resolved = (path.parent / file).resolve() if file else path
+            if not resolved.exists():
+                broken.append(f"{path.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+                broken.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
 
 
 @pytest.mark.verl

@@ -1,4 +1,5 @@
-"""JSON Schema of a sweep file, for yaml-language-server and editors.
+"""JSON Schema of a sweep file, for yaml-language-server and editors; the guide's spec reference and
+`lab:` table, as Markdown, from the same models (`python -m cancelctl.spec.schema` prints the reference).
 
 `base` and every arm patch are (partial) ExperimentSpecs: every ExperimentSpec field has a default,
 so the same schema serves both; grid/zip keys are dotted spec paths.
@@ -6,8 +7,12 @@ so the same schema serves both; grid/zip keys are dotted spec paths.
 
 from __future__ import annotations
 
-import re
-from typing import Any
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, WithJsonSchema
+from pydantic.fields import FieldInfo
 
 from cancelctl.spec.experiment import ExperimentSpec
 from cancelctl.spec.sweep import SweepSpec
@@ -27,26 +32,136 @@ def sweep_json_schema() -> dict[str, Any]:
     return schema
 
 
-# a spec model's type as str() spells it, "cancelctl.spec.lab.MoeSpec | None": the table shows "MoeSpec"
-SPEC_MODULE = re.compile(r"\bcancelctl\.spec\.(?:\w+\.)*")
+def _type_name(annotation: Any) -> str:
+    """A field's type as the reference tables spell it: `int or null`, `one of `a`, `b``, `list of str`, `MoeSpec`."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _type_name(args[0])
+    if origin is Literal:
+        return "one of " + ", ".join(f"`{_yaml_value(a)}`" for a in args)
+    if origin in (Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
+    if origin in (list, set, tuple):
+        return f"list of {_type_name(args[0])}" if args else "list"
+    if origin is dict:
+        return f"mapping of {_type_name(args[0])} to {_type_name(args[1])}" if args else "mapping"
+    if annotation is Any:
+        return "any"
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
-def fields_table(model: type, prefix: str) -> str:
-    """A Markdown table of a spec model's fields (type, default, description): the README's `lab:` table."""
+def _yaml_value(value: Any) -> str:
+    """A default as a sweep file writes it (`true`, `[a, b]`, `""`); numbers as Python prints them."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, (list, tuple, set, dict)) or value == "":
+        return yaml.safe_dump(list(value) if isinstance(value, (tuple, set)) else value, default_flow_style=True,
+                              width=10**6).strip()
+    return str(value)
+
+
+def _is_model(annotation: Any) -> type[BaseModel] | None:
+    """The spec model a field holds (alone or `| None`), or None."""
+    for arg in (annotation, *get_args(annotation)):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def _row(name: str, field: FieldInfo) -> str:
+    kind = _type_name(field.annotation)
+    choices = next((m.json_schema.get("enum") for m in field.metadata
+                    if isinstance(m, WithJsonSchema) and isinstance(m.json_schema, dict)), None)
+    if choices:  # a name checked against a live catalog (losses, executors): its choices today
+        kind = "one of " + ", ".join(f"`{c}`" for c in choices)
+    if field.is_required():
+        default = "required"
+    elif field.default_factory is not None:
+        default = f"`{_yaml_value(field.default_factory())}`"
+    elif isinstance(field.default, BaseModel):
+        default = "its fields"
+    else:
+        default = "—" if field.default is None else f"`{_yaml_value(field.default)}`"
+    ops = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<", "min_length": "at least", "max_length": "at most"}
+    bounds = ", ".join(f"{sym} {getattr(m, op)}" for m in field.metadata for op, sym in ops.items()
+                       if getattr(m, op, None) is not None)
+    meaning = "; ".join(filter(None, [(field.description or "").replace("|", "\\|").replace("<", "&lt;"), bounds]))
+    return f"| `{name}` | {kind} | {default} | {meaning} |"
+
+
+def fields_table(model: type[BaseModel], prefix: str) -> str:
+    """A Markdown table of a spec model's fields (type, default, description), each nested model's fields
+    right after its own row: the guide's `lab:` table and every table of its spec reference."""
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
-    for name, field in model.model_fields.items():
-        kind = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
-        kind = SPEC_MODULE.sub("", kind).replace("NoneType", "null").replace("None", "null").replace(" | ", " or ")
-        default = "—" if field.default is None else f"`{field.default}`"
-        ops = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
-        bounds = ", ".join(f"{sym} {getattr(m, op)}" for m in field.metadata for op, sym in ops.items() if getattr(m, op, None) is not None)
-        meaning = "; ".join(filter(None, [(field.description or "").replace("|", "\\|"), bounds]))
-        rows.append(f"| `{prefix}.{name}` | {kind} | {default} | {meaning} |")
+
+    def add(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            path = f"{prefix}.{name}" if prefix else name
+            rows.append(_row(path, field))
+            inner = _is_model(field.annotation)
+            if inner is not None:
+                add(inner, path + ("[]" if get_origin(field.annotation) is list else ""))
+
+    add(model, prefix)
     return "\n".join(rows)
 
 
 def lab_fields_markdown() -> str:
-    """The `lab:` block's fields (and `lab.moe`'s) as the README documents them."""
-    from cancelctl.spec.lab import LabSpec, MoeSpec
+    """The `lab:` block's fields (and `lab.moe`'s), as the guide's Science page documents them."""
+    from cancelctl.spec.lab import LabSpec
 
-    return fields_table(LabSpec, "lab") + "\n" + "\n".join(fields_table(MoeSpec, "lab.moe").splitlines()[2:])
+    return fields_table(LabSpec, "lab")
+
+
+REFERENCE_PATH = "docs/reference.md"
+
+
+def _doc(model: type) -> str:
+    """A model's own docstring as one paragraph (none: empty)."""
+    return " ".join((model.__dict__.get("__doc__") or "").split())
+
+
+def spec_reference_markdown() -> str:
+    """The guide's spec reference (docs/reference.md): every field a sweep file and its `base` and arms
+    take, one table per block, from the spec models; tests/test_readme.py fails when the page is stale."""
+    from cancelctl.spec.claims import ClaimSpec
+
+    out = [
+        "# Spec reference",
+        "",
+        "<!-- generated from the spec models: python -m cancelctl.spec.schema > docs/reference.md -->",
+        "",
+        "Every field of a sweep file, generated from cancelctl's spec models (`cancelctl.spec`); a test",
+        "fails when this page falls behind them. [Sweep files](sweep-files.md) shows how they combine;",
+        "`cancelctl schema` writes the same models as a JSON Schema for editors.",
+        "",
+        "## Sweep file",
+        "",
+        _doc(SweepSpec),
+        "",
+        _top_level(SweepSpec),
+        "",
+        "## Experiment spec: `base` and every arm",
+        "",
+        "`base` is an experiment spec and every arm a patch on it (nested mappings, merged). Fields with no",
+        "block:",
+        "",
+        _top_level(ExperimentSpec),
+    ]
+    blocks = [(name, field) for name, field in ExperimentSpec.model_fields.items() if _is_model(field.annotation)]
+    for name, field in blocks:
+        model = _is_model(field.annotation)
+        out += ["", f"### `{name}`", ""] + ([_doc(model), ""] if _doc(model) else []) + [fields_table(model, name)]
+    out += ["", "## Claims: each entry of `claims`", "", _doc(ClaimSpec), "", fields_table(ClaimSpec, "claims[]")]
+    return "\n".join(out) + "\n"
+
+
+def _top_level(model: type[BaseModel]) -> str:
+    """A model's own fields, nested models named but not expanded (they get tables of their own)."""
+    rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
+    rows += [_row(name, field) for name, field in model.model_fields.items()]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(spec_reference_markdown(), end="")

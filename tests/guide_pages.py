@@ -1,0 +1,35 @@
+"""The user's documentation: README.md, then the guide's pages under docs/ (mkdocs.yml's nav order),
+for the tests that run or check what they say (a plain module: conftest.py names collide across dirs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from project_paths import ROOT
+
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+
+
+def nav_pages() -> list[str]:
+    """The pages mkdocs.yml's nav lists, in its order (paths relative to docs/)."""
+    def walk(entries) -> list[str]:
+        out = []
+        for entry in entries:
+            value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+            out += walk(value) if isinstance(value, list) else [value]
+        return out
+
+    return walk(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
+
+
+def guide_files() -> list[Path]:
+    """README.md, then every page of docs/: those in the nav in its order, any other after them."""
+    pages = [DOCS / page for page in nav_pages()]
+    return [README, *pages, *sorted(p for p in DOCS.rglob("*.md") if p not in pages)]
+
+
+def guide_text() -> str:
+    """README.md and every page of docs/, one text."""
+    return "\n".join(path.read_text() for path in guide_files())
