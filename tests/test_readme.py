@@ -75,6 +75,8 @@ def test_setup_block_is_exactly_two_lines():
     assert "pip install torch==2.13.0" in demo.split("pip install -e .")[0], "CPU torch must be installed first"
     assert "cancelctl sweep experiments/lab-demo.yaml" in demo and "cancelctl report --baseline gspo" in demo
     assert "'.[test]'" in tests and tests.rstrip().endswith("pytest -q")
+    # the guide's Getting started opens with the same two lines, byte for byte
+    assert code_blocks((DOCS / "index.md").read_text())[0] == setup
 
 
 def test_ci_runs_both_readme_lines_as_written():
