@@ -8,6 +8,7 @@ read the Compute@Reward tables, the fitted curves the compute-scaling table (`ca
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,21 @@ def _grid_of_axes(n_panels: int, n_cols: int, width: float, height: float):
     return fig, fig.subplots(n_rows, n_cols, squeeze=False)
 
 
+def _finish(fig, title: str, path: Path, legend_axes=None) -> Path:
+    """Title wrapped to the figure's width (a one-panel figure is narrower than its title), one legend
+    below the panels instead of one over each panel's curves, and the saved image cut to what was
+    drawn, so nothing is clipped at any width."""
+    if legend_axes is not None:
+        handles, labels = legend_axes.get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(handles)), fontsize=8, frameon=False)
+    title_size = 10
+    chars_per_line = max(30, int(fig.get_figwidth() * 72 / (0.55 * title_size)))  # ~0.55 em per character
+    fig.suptitle("\n".join(textwrap.wrap(title, chars_per_line)), fontsize=title_size)
+    fig.savefig(path, dpi=100, bbox_inches="tight", pad_inches=0.1)
+    return path
+
+
 def _band(ax, points: pd.DataFrame, arm: str, color: str, n_grid: int) -> bool:
     """Mean across the arm's seeds with the Student's t band; points: run_id, x, value (one group)."""
     curves = [(p["x"].to_numpy(float), p["value"].to_numpy(float)) for _, p in points.groupby("run_id", sort=False)]
@@ -47,7 +63,7 @@ def _band(ax, points: pd.DataFrame, arm: str, color: str, n_grid: int) -> bool:
         grid, mean, lo, hi = intervals.band_on_grid(curves, n_grid=n_grid)
     except ValueError:
         return False
-    ax.plot(grid, mean, color=color, lw=1.6, label=f"{arm} (n={len(curves)})")
+    ax.plot(grid, mean, color=color, lw=1.6, label=arm)  # one legend for every panel: the seeds are the tables' n
     ax.fill_between(grid, lo, hi, color=color, alpha=0.18, lw=0)
     return True
 
@@ -64,13 +80,19 @@ def _fitted_curves(report: Report) -> dict[tuple[str, str], scaling.ComputeCurve
     }
 
 
+FIT_LABEL = "dashed: ScaleRL fit (A, B, C_mid in the compute-scaling table)"
+
+
 def _fit_overlay(ax, points: pd.DataFrame, curve: scaling.ComputeCurve | None, color: str) -> None:
-    """The arm's fitted curve (mean parameters), dashed, over the compute its fits used."""
+    """The arm's fitted curve (mean parameters), dashed, over the compute its fits used (one legend
+    entry for all fits: the arm is its colour, its parameters are in the table above the plot)."""
     if curve is None or points.empty:
         return
     top = float(points["x"].max())
     x = np.linspace(scaling.EARLY_FRACTION * top, top, 120)
-    ax.plot(x, curve(x), color=color, lw=1.1, ls="--", label=f"fit: A={curve.asymptote:.3g}, B={curve.efficiency:.2g}")
+    if FIT_LABEL not in ax.get_legend_handles_labels()[1]:
+        ax.plot([], [], color="0.35", lw=1.1, ls="--", label=FIT_LABEL)  # the legend's entry: no one arm's colour
+    ax.plot(x, curve(x), color=color, lw=1.1, ls="--")
 
 
 def plot_reward_vs_compute(sweep: PreparedSweep, report: Report, path: Path) -> Path | None:
@@ -93,12 +115,9 @@ def plot_reward_vs_compute(sweep: PreparedSweep, report: Report, path: Path) -> 
             ax.axhline(report.kappa, color="0.4", ls="--", lw=1, label=f"κ = {report.kappa:.3g}")
         ax.set(title=group or report.sweep, xlabel=COMPUTE_LABELS[report.compute], ylabel=report.metric)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
     for ax in list(axes.flat)[len(sweep.groups):]:
         ax.set_visible(False)
-    fig.suptitle("Training reward vs compute (mean, 95% t band; dashed: ScaleRL fit)", fontsize=10)
-    fig.savefig(path, dpi=100)
-    return path
+    return _finish(fig, "Training reward vs compute (mean, 95% t band; dashed: ScaleRL fit)", path, axes.flat[0])
 
 
 MECHANISM_CURVES = ("mismatch/rho_std", ENTROPY_KEY, "dfpo/asym")
@@ -123,11 +142,8 @@ def plot_mechanisms_vs_step(sweep: PreparedSweep, report: Report, path: Path) ->
             ax.set(title=f"{key}" + (f" — {group}" if group else ""), xlabel="step")
             ax.title.set_fontsize(9)
             ax.grid(alpha=0.3)
-            if row == 0 and col == 0:
-                ax.legend(fontsize=7)
-    fig.suptitle("Mechanism metrics vs step (mean, pointwise 95% Student's t band over seeds)", fontsize=10)
-    fig.savefig(path, dpi=100)
-    return path
+    title = "Mechanism metrics vs step (mean, pointwise 95% Student's t band over seeds)"
+    return _finish(fig, title, path, axes[0, 0])
 
 
 def plot_compute_at_reward(sweep: PreparedSweep, report: Report, path: Path) -> Path | None:
@@ -158,9 +174,7 @@ def plot_compute_at_reward(sweep: PreparedSweep, report: Report, path: Path) -> 
     for ax in list(axes.flat)[len(sweep.groups):]:
         ax.set_visible(False)
     title = f"Compute@Reward={report.kappa:.3g} (bars: arm mean, dots: runs, text: × {report.baseline})"
-    fig.suptitle(title, fontsize=10)
-    fig.savefig(path, dpi=100)
-    return path
+    return _finish(fig, title, path)
 
 
 def draw_plots(sweep: PreparedSweep, report: Report, plots_dir: Path) -> dict[str, Path]:

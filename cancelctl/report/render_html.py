@@ -13,7 +13,7 @@ from cancelctl.report.model import NOT_MATCHED, Report
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;
-       max-width: 1300px; padding: 0 1.5em; color: #1d2330; }
+       max-width: 1700px; padding: 0 1.5em; color: #1d2330; }
 h1 { font-size: 1.6em; margin-bottom: .2em; }
 h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #d5d9e0; padding-bottom: .2em; }
 ul.summary { padding-left: 1.2em; color: #384152; }
@@ -27,18 +27,25 @@ th, td { border: 1px solid #d5d9e0; padding: .3em .6em; text-align: left; vertic
 th { background: #eef1f5; }
 tr:nth-child(even) td { background: #f8f9fb; }
 td.num { font-variant-numeric: tabular-nums; white-space: nowrap; }
-img { max-width: 100%; border: 1px solid #e3e6eb; margin: .5em 0 1em; }
+td.text { min-width: 14em; max-width: 30em; }
+.table-scroll { max-width: 100%; overflow-x: auto; }
+img { max-width: 100%; height: auto; border: 1px solid #e3e6eb; margin: .5em 0 1em; }
 footer { margin-top: 3em; color: #8a92a3; font-size: .85em; }
 """
 
 
+NOWRAP_CHARS = 40  # cells up to this long (numbers, intervals, names) keep one line; longer prose wraps
+
+
 def html_table(frame: pd.DataFrame) -> str:
+    """A table in its own horizontal scroll box: a wide one (the claims table) scrolls inside the page
+    instead of running off its right edge."""
     head = "".join(f"<th>{escape(str(c))}</th>" for c in frame.columns)
     rows = []
     for row in frame.itertuples(index=False):
-        cells = "".join(f'<td class="num">{escape(str(v))}</td>' for v in row)
+        cells = "".join(f'<td class="{"num" if len(str(v)) <= NOWRAP_CHARS else "text"}">{escape(str(v))}</td>' for v in row)
         rows.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return f'<div class="table-scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 
 
 def embedded_png(path) -> str:

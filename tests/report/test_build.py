@@ -87,6 +87,41 @@ def test_bad_arguments_are_input_errors(tmp_path):
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def test_every_table_scrolls_in_its_own_box_and_long_text_cells_wrap(report):
+    from cancelctl.report.render_html import NOWRAP_CHARS
+
+    html = (report.out_dir / "report.html").read_text()
+    assert html.count("<table>") == html.count('<div class="table-scroll"><table>') > 5
+    cells = re.findall(r'<td class="(num|text)">([^<]*)</td>', html)
+    assert cells and all((kind == "text") == (len(text) > NOWRAP_CHARS) for kind, text in cells if "&" not in text)
+
+
+LAYOUT_PROBE = """<script>
+window.addEventListener("load", () => document.body.setAttribute("data-layout", JSON.stringify({
+  page_overflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+  images_past_edge: [...document.images].filter(i => i.getBoundingClientRect().right > document.documentElement.clientWidth + 1).length,
+  tables_outside_a_box: [...document.querySelectorAll("table")].filter(t => !t.parentElement.classList.contains("table-scroll")).length,
+})));
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless check needs Debian's chromium")
+@pytest.mark.parametrize("width", [1400, 800])
+def test_the_html_report_fits_the_screen_in_headless_chromium(report, tmp_path, width):
+    """Issue 38.3: at 1400 px the claims table ran off the page's right edge. Measured in the browser:
+    the page itself never scrolls sideways (wide tables scroll inside their box), no plot passes the edge."""
+    probed = tmp_path / "probed.html"
+    probed.write_text((report.out_dir / "report.html").read_text().replace("</body>", LAYOUT_PROBE + "</body>"))
+    dom = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+         f"--window-size={width},2000", "--virtual-time-budget=5000", "--dump-dom", probed.as_uri()],
+        check=True, capture_output=True, text=True, timeout=120,
+    ).stdout
+    layout = json.loads(re.search(r'data-layout="([^"]*)"', dom).group(1).replace("&quot;", '"'))
+    assert layout == {"page_overflow": 0, "images_past_edge": 0, "tables_outside_a_box": 0}, layout
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="headless check needs Debian's chromium")
 def test_html_renders_in_headless_chromium(report, tmp_path):
     screenshot = tmp_path / "report.png"

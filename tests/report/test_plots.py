@@ -1,0 +1,25 @@
+"""The plots' frames: a title never wider than its figure, one legend below the panels."""
+
+from __future__ import annotations
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from cancelctl.report.plots import _finish
+
+
+def test_a_one_panel_figures_long_title_is_wrapped_inside_it_and_its_legend_sits_below(tmp_path):
+    """Issue 38.3: a one-group sweep's reward plot (5.4 in wide) showed "raining reward vs compute"."""
+    fig = Figure(figsize=(5.4, 3.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for arm in ("gspo", "dfpo-min-replace", "grpo", "grpo-symclip"):
+        ax.plot([0, 1], [0, 1], label=arm)
+    title = "Training reward vs compute (mean, 95% t band; dashed: ScaleRL fit) — a title as long as a real one"
+    _finish(fig, title, tmp_path / "plot.png", ax)
+    renderer = fig.canvas.get_renderer()
+    box = fig._suptitle.get_window_extent(renderer)
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width and "\n" in fig.get_suptitle()
+    (legend,) = fig.legends
+    assert legend.get_window_extent(renderer).y1 <= ax.get_window_extent(renderer).y0  # below, not over the curves
+    assert (tmp_path / "plot.png").stat().st_size > 10_000
