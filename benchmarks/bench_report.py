@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cancelctl.report.build import build_report
+from cancelctl.report.build import CollectedSweep, build_report
+from cancelctl.report.options import ReportOptions
 from cancelctl.stats import compute_match, frames
 
 ARMS = ("gspo", "dfpo-min-replace", "grpo", "grpo-symclip")
@@ -89,7 +90,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         def build(plots: bool):
             out_dir = Path(tmp) / "bench"
-            return build_report(runs, metrics, sweep="bench", baseline="gspo", out_dir=out_dir, plots=plots)
+            return build_report(CollectedSweep("bench", runs, metrics), ReportOptions(baseline="gspo", plots=plots),
+                                out_dir=out_dir)
 
         tables_s, built = timed(lambda: build(False), args.repeats)
         full_s, _ = timed(lambda: build(True), args.repeats)

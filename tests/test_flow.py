@@ -208,6 +208,15 @@ def test_the_graph_sees_the_imports_it_guards():
     assert "cancelctl.tracking" in full["cancelctl.jobs.runjob"]  # the package init its imports run
     assert "cancelctl.spec.expand" in graph["cancelctl.cli.common"]
     assert "cancelctl.stats.verdicts" in graph["cancelctl.report.build"]
+    # the report's settings and the verdicts' modules, one job each: options → rules → types, no way back
+    assert "cancelctl.report.options" in graph["cancelctl.report.build"]
+    assert "cancelctl.stats.options" in graph["cancelctl.report.options"]
+    assert {"cancelctl.stats.verdict_rules", "cancelctl.stats.verdict_types", "cancelctl.stats.outcomes"} <= graph[
+        "cancelctl.stats.verdicts"]
+    assert "cancelctl.stats.claim_values" in graph["cancelctl.stats.verdict_rules"]
+    assert "cancelctl.stats.verdicts" not in full["cancelctl.stats.verdict_rules"] | full["cancelctl.stats.outcomes"]
+    assert "cancelctl.spec.metric_keys" in graph["cancelctl.spec.claims"] and "cancelctl.spec.metric_keys" in graph[
+        "cancelctl.spec.monitor"]
     assert io_in_stats(ROOT) == [] and (ROOT / "cancelctl" / "stats" / "intervals.py").exists()
 
 

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from cancelctl.cli.common import WorkdirOpt, console, err_console, finite, say, state_counts, workdir_path
+from cancelctl.spec.metric_keys import REWARD_KEY
 
 
 def list_(workdir: Optional[Path] = WorkdirOpt) -> None:
@@ -90,7 +91,7 @@ def report(
         None, "--threshold", "-k", callback=finite, help="Reward threshold kappa for Compute@Reward."
     ),
     compute: str = typer.Option("tokens", "--compute", help="Compute axis: tokens | updates | hours."),
-    metric: str = typer.Option("critic/score/mean", "--metric", help="Training reward metric key."),
+    metric: str = typer.Option(REWARD_KEY, "--metric", help="Training reward metric key."),
     out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default: results/<sweep>)."),
     allow_unmatched: bool = typer.Option(False, help="Report arms that are not compute-matched (tables say so)."),
     uri: Optional[str] = typer.Option(None, "--uri", help="MLflow tracking URI (default: the sweep's store)."),
@@ -108,13 +109,15 @@ def report(
     workdir: Optional[Path] = WorkdirOpt,
 ) -> None:
     """Compute-matched tables, Student's t CIs, paired tests, Compute@Reward, Jitter2, claims' verdicts, plots."""
+    from cancelctl.report.options import ReportOptions
     from cancelctl.report.sweep_report import report_sweep
+    from cancelctl.stats.options import ComparisonOptions
 
-    result = report_sweep(
-        workdir_path(workdir), sweep, baseline=baseline, threshold=threshold, compute=compute, metric=metric,
-        out=out, allow_unmatched=allow_unmatched, uri=uri, console=console, claims_only=claims_only,
-        include_stopped=include_stopped, include_unfinished=include_unfinished,
+    options = ReportOptions(
+        baseline=baseline, kappa=threshold, compute=compute, metric=metric, include_unfinished=include_unfinished,
+        include_stopped=include_stopped, claims_only=claims_only, compare=ComparisonOptions(allow_unmatched=allow_unmatched),
     )
+    result = report_sweep(workdir_path(workdir), sweep, options, out=out, uri=uri, console=console)
     if claims_only:  # printed only: the report on disk stays as the last full `report` left it
         console.print(f"claims only: nothing written; the report in {result.out_dir}/ is left as it was", highlight=False)
     else:

@@ -111,9 +111,12 @@ def _until_decided(plan_, wd: Path, will_wait: bool, max_seeds, batch, allow_unm
     from cancelctl.launch.until_decided import DEFAULT_BATCH, run_until_decided
     from cancelctl.report.live.watch import WatchProgress
     from cancelctl.report.sweep_report import judge_until_decided
+    from cancelctl.stats.options import ComparisonOptions
+
+    compare = ComparisonOptions(allow_unmatched=allow_unmatched)
 
     def judge(rounds):
-        return judge_until_decided(wd, plan_.name, rounds, allow_unmatched=allow_unmatched)
+        return judge_until_decided(wd, plan_.name, rounds, compare)
 
     options = dict(executor=launch["executor"], retry_failed=launch["retry_failed"],
                    retry_stopped=launch["retry_stopped"], wait=will_wait,

@@ -5,7 +5,8 @@ What each table means: SPEC.md "Reports" and [D] §4.5, §5, Tables 1–4. The n
 
 - `sweep_report`: `report_sweep`, what `cancelctl report` calls — find the sweep in the work dir,
   collect it from MLflow, build the report;
-- `build`: `build_report(runs, metrics, ...)`, the collected frames in, the report folder out;
+- `build`: `build_report(CollectedSweep, ReportOptions)`, the collected sweep in, the report folder out;
+- `options`: `ReportOptions`, the report's settings in one frozen object, built where the verb reads them;
 - `model`: `Report`, `ReportTable`, and the collected sweep prepared once (`prepare_sweep`);
 - `tables`, `thresholds`: the tables (thresholds: Compute@Reward, steps to κ, the default κ);
 - `plots`: the PNG figures;

@@ -18,7 +18,6 @@ from cancelctl.stats.compute_match import ComputeViolation
 
 ComputeAxis = Literal["tokens", "updates", "hours"]
 
-REWARD_KEY = "critic/score/mean"
 ENTROPY_KEY = "actor/entropy"
 # verl's validation keys, '@' sanitised for MLflow: val-core/<benchmark>/acc/mean_at_<k>
 EVAL_KEY = re.compile(r"^val-core/(?P<benchmark>.+)/acc/mean_at_(?P<k>\d+)$")
@@ -150,20 +149,6 @@ def eval_benchmarks(by_key: dict[str, pd.DataFrame]) -> list[tuple[str, str]]:
     return [(key, f"{bench} avg@{k}") for k, bench, key in sorted(found, key=lambda t: (t[1], t[0]))]
 
 
-def _order_key(value: object) -> tuple:
-    try:
-        return (0, float(value), "")
-    except (TypeError, ValueError):
-        return (1, 0.0, str(value))
-
-
-def _group_order(runs: pd.DataFrame) -> list[str]:
-    """Groups ordered by their axis values, numerically where numeric (G=4 before G=16)."""
-    axis_columns = [c for c in runs.columns if c.startswith("axis.")]
-    firsts = runs.groupby("group", sort=False).first()
-    return sorted(firsts.index, key=lambda g: tuple(_order_key(firsts.at[g, c]) for c in axis_columns) + (str(g),))
-
-
 def prepare_sweep(
     runs: pd.DataFrame, metrics: pd.DataFrame, baseline: str, include_unfinished: bool
 ) -> tuple[PreparedSweep, list[str]]:
@@ -203,7 +188,7 @@ def prepare_sweep(
         runs=selected,
         by_key=frames.split_by_key(wanted),
         baseline=baseline,
-        groups=_group_order(selected),
+        groups=frames.group_order(selected),
         arms=[baseline] + [a for a in arms_present if a != baseline],
     )
     return sweep, notes

@@ -23,7 +23,7 @@ import pandas as pd
 
 from cancelctl.errors import SpecError
 from cancelctl.report.model import CANNOT, MATCHED_STATES, ReportTable
-from cancelctl.stats.outcomes import Stop
+from cancelctl.stats.verdict_types import Stop
 
 BUDGET_COLUMN = "budget_steps"  # collect's runs frame: the run's planned training steps (NA: unknown)
 COMPUTE_BUDGET_KEYS = {"gen_tokens": "compute/gen_tokens_cum", "update_steps": "compute/update_steps_cum"}

@@ -12,18 +12,23 @@ would change what the earlier looks measured.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from cancelctl.report.claims import sequential_notes, sequential_records, sequential_rows
-from cancelctl.report.model import REWARD_KEY, PreparedSweep, ReportTable
+from cancelctl.report.model import PreparedSweep, ReportTable
+from cancelctl.report.options import ReportOptions
 from cancelctl.report.thresholds import default_kappa
 from cancelctl.seed_rounds import SeedRounds
 from cancelctl.spec.claims import ClaimSpec
 from cancelctl.stats import verdicts
 from cancelctl.stats.sequential_verdicts import SequentialVerdict, judge_looks
+
+if TYPE_CHECKING:
+    from cancelctl.report.alerts import SweepAlerts
 
 
 def runs_at_look(runs: pd.DataFrame, rounds: SeedRounds, look: int) -> pd.DataFrame:
@@ -33,25 +38,24 @@ def runs_at_look(runs: pd.DataFrame, rounds: SeedRounds, look: int) -> pd.DataFr
     return runs.loc[keep]
 
 
-def claims_kappa(prepared: PreparedSweep, rounds: SeedRounds, threshold: float | None, metric: str) -> float | None:
+def claims_kappa(prepared: PreparedSweep, rounds: SeedRounds, options: ReportOptions) -> float | None:
     """κ of the claims: the one given, else the report's default on look 1's runs."""
-    if threshold is not None:
-        return float(threshold)
-    return default_kappa(replace(prepared, runs=runs_at_look(prepared.runs, rounds, 1)), metric)[0]
+    if options.kappa is not None:
+        return float(options.kappa)
+    return default_kappa(replace(prepared, runs=runs_at_look(prepared.runs, rounds, 1)), options.metric)[0]
 
 
 def sequential_verdicts(
-    prepared: PreparedSweep, claims: Sequence[ClaimSpec], rounds: SeedRounds, *, threshold: float | None = None,
-    metric: str = REWARD_KEY, allow_unmatched: bool = False, token_tol: float = 0.10, alerts=None, rules_off=None,
+    prepared: PreparedSweep, claims: Sequence[ClaimSpec], rounds: SeedRounds, options: ReportOptions, *,
+    alerts: SweepAlerts | None = None, rules_off: Mapping[str, Collection[str]] | None = None,
 ) -> list[SequentialVerdict]:
     """Every claim row judged at every look, then decided by the e-process (Bonferroni over the rows)."""
-    kappa = claims_kappa(prepared, rounds, threshold, metric)
+    kappa = claims_kappa(prepared, rounds, options)
     per_look = []
     for look in range(1, rounds.n_looks + 1):
         at_look = runs_at_look(prepared.runs, rounds, look)
         per_look.append(verdicts.judge_claims(
-            claims, at_look, prepared.by_key, kappa=kappa, groups=prepared.groups, allow_unmatched=allow_unmatched,
-            token_tol=token_tol,
+            claims, at_look, prepared.by_key, options.compare, kappa=kappa, groups=prepared.groups,
             alerts=alerts.alerts if alerts is not None else None, stops=alerts.stops if alerts is not None else None,
             rules_off=rules_off,
         ))

@@ -4,14 +4,17 @@ and MLflow store as recorded at launch), collect its runs from MLflow (+ run fol
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from cancelctl.errors import SpecError, UnmatchedArmsError
-from cancelctl.report.build import build_report, default_report_dir
+from cancelctl.report.build import CollectedSweep, build_report, default_report_dir
+from cancelctl.report.options import ReportOptions
 from cancelctl.report.screening import ShortRunsError
+from cancelctl.stats.options import ComparisonOptions
 
 if TYPE_CHECKING:
     from cancelctl.seed_rounds import SeedRounds
@@ -24,27 +27,22 @@ ACTIVE_STATES = ("RUNNING", "SCHEDULED")
 def report_sweep(
     workdir: Path,
     sweep: str | None,
+    options: ReportOptions = ReportOptions(),
     *,
-    baseline: str | None = None,
-    threshold: float | None = None,
-    compute: str = "tokens",
-    metric: str = "critic/score/mean",
     out: Path | None = None,
-    allow_unmatched: bool = False,
     uri: str | None = None,
     console: Console | None = None,
-    claims_only: bool = False,
-    include_stopped: bool = False,
-    include_unfinished: bool = False,
 ):
-    """The report of `sweep` (the latest when None). Runs still running are left out; the returned
-    report lists them in `still_running` (empty with `include_unfinished`, which uses them)."""
+    """The report of `sweep` (the latest when None) with `options` (the baseline, when they name none,
+    is the sweep file's as launched). Runs still running are left out; the returned report lists them
+    in `still_running` (empty with `include_unfinished`, which uses them)."""
     from cancelctl.report.alerts import read_sweep_alerts
     from cancelctl.tracking import resolve_tracking_uri
     from cancelctl.workdir import existing_sweep
 
     sweep = existing_sweep(workdir, sweep).sweep  # SweepNotFound: never run here (or not a sweep name)
-    baseline = baseline or sweep_baseline(workdir, sweep)
+    if options.baseline is None:
+        options = replace(options, baseline=sweep_baseline(workdir, sweep))
     store_uri, experiment = sweep_tracking_target(workdir, sweep)
     uri = uri or store_uri or resolve_tracking_uri(None, workdir)
     runs, metrics, store_notes = collect_sweep(uri, experiment, workdir)
@@ -57,22 +55,20 @@ def report_sweep(
                         title=NOT_RUN)
     still_running = still_running_runs(runs)
     damaged = damaged_metrics(workdir, sweep, set(runs["run_id"]))
+    collected = CollectedSweep(
+        sweep, runs, metrics, claims=list(planned.spec.claims) if planned is not None else [],
+        notes=store_notes + stale_notes + list(damaged.values()), alerts=read_sweep_alerts(workdir, sweep),
+        seed_rounds=sweep_seed_rounds(workdir, sweep), rules_off=planned_rules_off(planned),
+    )
     try:
-        report = build_report(
-            runs, metrics, sweep=sweep, baseline=baseline, threshold=threshold, compute=compute, metric=metric,
-            out_dir=out or default_report_dir(sweep), allow_unmatched=allow_unmatched, console=console,
-            claims=list(planned.spec.claims) if planned is not None else [], claims_only=claims_only,
-            notes=store_notes + stale_notes + list(damaged.values()), alerts=read_sweep_alerts(workdir, sweep),
-            include_stopped=include_stopped, include_unfinished=include_unfinished,
-            seed_rounds=sweep_seed_rounds(workdir, sweep), rules_off=planned_rules_off(planned),
-        )
+        report = build_report(collected, options, out_dir=out or default_report_dir(sweep), console=console)
     except (UnmatchedArmsError, ShortRunsError) as exc:
         if not damaged:
             raise
         raise SpecError(list(damaged.values()) + [str(i) for i in exc.issues],
                         title="metrics.jsonl of some runs is truncated: their logged compute looks short "
                               "(the run ran in full; its points after the cut are lost)") from None
-    report.still_running = [] if include_unfinished else still_running
+    report.still_running = [] if options.include_unfinished else still_running
     return report
 
 
@@ -183,15 +179,6 @@ def only_current_runs(runs, metrics, planned) -> tuple:
     return runs.loc[keep], metrics[metrics["run_id"].isin(current)], [note]
 
 
-def latest_sweep_name(workdir: Path) -> str:
-    from cancelctl.workdir import latest_sweep
-
-    name = latest_sweep(workdir)
-    if name is None:
-        raise SpecError(f"no sweep has been run in {workdir} (run `cancelctl sweep FILE` first, or pass SWEEP)")
-    return name
-
-
 def sweep_tracking_target(workdir: Path, sweep: str) -> tuple[str | None, str]:
     """(MLflow URI, experiment) the sweep's runs log to, as recorded in their run.json at launch."""
     from cancelctl.tracking.runfiles import run_store_uri
@@ -203,10 +190,11 @@ def sweep_tracking_target(workdir: Path, sweep: str) -> tuple[str | None, str]:
 
 
 def judge_until_decided(
-    workdir: Path, sweep: str, rounds: SeedRounds, *, allow_unmatched: bool = False
+    workdir: Path, sweep: str, rounds: SeedRounds, compare: ComparisonOptions = ComparisonOptions()
 ) -> list[SequentialVerdict]:
     """The sequential verdicts of `sweep` at the looks of `rounds`, from its runs in the work dir
-    (tracking store and run folders, as `report` collects them) and the sweep file's claims."""
+    (tracking store and run folders, as `report` collects them) and the sweep file's claims, the arms
+    compared as `compare` says (the `sweep` verb's --allow-unmatched)."""
     from cancelctl.report.alerts import read_sweep_alerts
     from cancelctl.report.model import prepare_sweep
     from cancelctl.report.screening import screen_points
@@ -223,5 +211,6 @@ def judge_until_decided(
     screened = screen_points(runs, metrics, stops=alerts.stops)
     baseline = planned.spec.baseline or sorted(screened.runs["arm"].astype(str).unique())[0]
     prepared, _ = prepare_sweep(screened.runs, screened.metrics, baseline, False)
-    return sequential_verdicts(prepared, planned.spec.claims, rounds, allow_unmatched=allow_unmatched, alerts=alerts,
+    options = ReportOptions(baseline=baseline, compare=compare)
+    return sequential_verdicts(prepared, planned.spec.claims, rounds, options, alerts=alerts,
                                rules_off=planned_rules_off(planned))

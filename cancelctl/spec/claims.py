@@ -26,12 +26,10 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
+from cancelctl.spec.metric_keys import REWARD_KEY
 from cancelctl.spec.monitor import MonitorSpec, RuleName
 from cancelctl.spec.strict import SpecModel
 
-# training reward, the curve of Prediction 1/2 and Compute@Reward [D eq. 19–21, Table 2]; the
-# same key the report's reward tables read
-REWARD_KEY = "critic/score/mean"
 # every logged eval benchmark (verl's val-core/<benchmark>/acc/mean@k, '@' spelled out): one
 # verdict per benchmark
 EVAL_KEYS = "val-core/*/acc/mean_at_*"

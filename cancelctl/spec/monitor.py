@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from cancelctl.spec.metric_keys import REWARD_KEY
 from cancelctl.spec.strict import Strict
 
 # `off` disables a rule (an arm can patch `monitor.<rule>.action: off`; YAML's boolean reads back as `off`).
@@ -68,7 +69,7 @@ class RewardCollapseRule(Strict):
     the run, once that best is at least `min_best` (a run at zero reward has nothing to lose)."""
 
     action: Action = "stop"
-    keys: list[str] = Field(default_factory=lambda: ["critic/score/mean"], min_length=1)
+    keys: list[str] = Field(default_factory=lambda: [REWARD_KEY], min_length=1)
     # 20, not 10: a step's mean reward over a small batch is noisy (64 rollouts at reward 0.1: ±12%
     # per 10-step mean), and a false stop costs a restart
     window: int = Field(20, ge=1, le=10_000)

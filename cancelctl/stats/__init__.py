@@ -14,7 +14,11 @@ file, prints, plots or touches MLflow: the report (`cancelctl.report`) hands the
     rates          how often runs collapse: Boschloo's exact test, Newcombe's interval, the sign test
     survival       time to collapse: the log-rank test (exact permutation at few runs), restricted mean
     outcomes       claims on the monitor's alerts: collapse rate, time to collapse, alert order
-    verdicts       the claims of a sweep judged per group, Holm across the report
+    options        ComparisonOptions: how arms are compared (compute-match tolerance, α, power, minimum seeds)
+    verdict_types  the Verdict row, the Judging of one report, the Stop that ended a run
+    claim_values   a claim's number per run: the statistic of its metric kind on each run's curve
+    verdict_rules  the paired claims' rules: one claim on one group, a trend along a grid axis
+    verdicts       the claims of a sweep judged per group (dispatch on the claim's kind), Holm across the report
     sequential     the safe t-test's e-process: anytime-valid decisions at every look (sweep --until-decided)
     sequential_verdicts  the claims of a sweep run until decided, judged at every look, Bonferroni on e-values
 

@@ -12,6 +12,7 @@ import pandas as pd
 from cancelctl.spec.experiment import MATCHED_ON
 from cancelctl.stats.frames import last_values, split_by_key
 
+TOKEN_TOL = 0.10  # arms' generated tokens may differ by this share of the largest (`check_compute_matched`)
 BUDGET_AXIS = "budget_axis"  # collect's runs frame: steps | gen_tokens | update_steps (NA, or no column: steps)
 
 
@@ -59,7 +60,7 @@ def _span(values: pd.Series, fmt) -> str:
 def check_compute_matched(
     runs: pd.DataFrame,
     metrics: pd.DataFrame | dict[str, pd.DataFrame],
-    tol: float = 0.10,
+    tol: float = TOKEN_TOL,
 ) -> list[ComputeViolation]:
     """Within each comparison group, do the arms match on logged compute? [D §5, SPEC "Reports"]
 

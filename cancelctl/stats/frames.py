@@ -45,3 +45,18 @@ def on_compute_axis(metric: pd.DataFrame, compute: pd.DataFrame) -> pd.DataFrame
     merged = pd.merge_asof(left, right, on="step", by="run_id", direction="forward")
     merged = merged.dropna(subset=["compute"])
     return merged[["run_id", "step", "compute", "value"]].sort_values(["run_id", "step"], kind="stable")
+
+
+def group_order(runs: pd.DataFrame) -> list[str]:
+    """The runs' comparison groups ordered by their axis.* values, numerically where numeric (G=4
+    before G=16), then by name: the order of the report's tables and of the claims' rows."""
+
+    def rank(value: object) -> tuple:
+        try:
+            return (0, float(value), "")
+        except (TypeError, ValueError):
+            return (1, 0.0, str(value))
+
+    axes = [c for c in runs.columns if c.startswith("axis.")]
+    firsts = runs.groupby("group", sort=False).first()
+    return sorted(firsts.index, key=lambda g: tuple(rank(firsts.at[g, c]) for c in axes) + (str(g),))

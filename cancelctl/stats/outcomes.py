@@ -40,17 +40,10 @@ from cancelctl.spec.monitor import MonitorSpec
 from cancelctl.stats.evidence import doubled
 from cancelctl.stats.rates import compare_rates, runs_for_rate_difference, runs_for_share, share_test
 from cancelctl.stats.survival import compare_times, runs_for_logrank
+from cancelctl.stats.verdict_types import Judging, Stop, Verdict
 
 MIN_ORDER_RUNS = 6  # collapsing runs: the sign test's smallest claim p with n runs is 2/2ⁿ
 ALERT_COLUMNS = ["run_id", "rule", "step", "action"]
-
-
-@dataclass(frozen=True)
-class Stop:
-    """The alert that ended a run: the rule and the step (stopped.json)."""
-
-    rule: str
-    step: int
 
 
 @dataclass(frozen=True)
@@ -106,25 +99,22 @@ def planned_seeds(kind: str, v, level: float, power: float) -> int | None:
     raise ValueError(f"not an outcome kind: {kind!r}")
 
 
-def judge_outcome(
-    claim: ClaimSpec, group: str, in_group: pd.DataFrame, alerts: pd.DataFrame,
-    stops: Mapping[str, Stop], ends: Mapping[str, float], base, min_seeds: int, logged: Collection[str] = (),
-    rules_off: Mapping[str, Collection[str]] | None = None,
-):
-    """One outcome claim in one comparison group: `base` (a cannot-judge Verdict naming the claim)
-    filled in with the evidence, status "inconclusive" until Holm decides, or the reason it cannot.
-    `logged`: the metric keys the sweep logged (a rule whose metric nobody logged could not fire).
-    `rules_off`: arm -> the monitor rules that are off in its runs (`spec.claims.rules_off_by_arm`): a
-    claim on one of them is not judged (its 0 of n would read as "never collapses")."""
-    metric = claim.metric
+def judge_outcome(claim: ClaimSpec, in_group: pd.DataFrame, base: Verdict, judging: Judging) -> Verdict:
+    """One outcome claim on the runs of one comparison group: `base` (a cannot-judge Verdict naming
+    the claim and group) filled in with the evidence, status "inconclusive" until Holm decides, or the
+    reason it cannot. From `judging`: the alerts, stops and last steps; the metric keys the sweep
+    logged (a rule whose metric nobody logged could not fire); the rules off per arm
+    (`spec.claims.rules_off_by_arm`: a claim on one of them is not judged, its 0 of n would read as
+    "never collapses"); the minimum runs an arm."""
+    metric, stops, ends, min_seeds = claim.metric, judging.stops, judging.ends, judging.options.min_seeds
     for arm in claim.arms + ([claim.versus] if claim.versus else []):
         if not (in_group["arm"] == arm).any():
             return replace(base, reason=f"arm {arm!r} has no runs in this group")
-    off = rules_off_reason(claim, rules_off or {})
+    off = rules_off_reason(claim, judging.rules_off)
     if off:
         return replace(base, reason=off)
-    alerts = alerts if alerts is not None else pd.DataFrame(columns=ALERT_COLUMNS)
-    blind = _unseeable(metric.rules, alerts, logged)
+    alerts = judging.alerts if judging.alerts is not None else pd.DataFrame(columns=ALERT_COLUMNS)
+    blind = _unseeable(metric.rules, alerts, judging.by_key.keys())
     if blind:
         return replace(base, reason=blind)
     if metric.kind == "alert_order":

@@ -5,6 +5,7 @@ sqlite store: end to end, reruns, a launcher killed midway, retry of failed runs
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -328,18 +329,20 @@ def test_a_completed_run_whose_close_lost_the_store_race_is_settled_finished(tmp
 
 def test_report_defaults_to_the_sweep_files_baseline(tmp_path, workdir):
     from cancelctl.errors import SpecError
+    from cancelctl.report.options import ReportOptions
     from cancelctl.report.sweep_report import report_sweep
+    from cancelctl.stats.options import ComparisonOptions
 
     with_baseline = load_sweep(write_sweep(tmp_path, "with-baseline", seeds=(0,), baseline="gspo"))
     launch_sweep(with_baseline, workdir=workdir, executor="debug")
-    report = report_sweep(workdir, None, out=tmp_path / "report", allow_unmatched=True)
+    report = report_sweep(workdir, None, ReportOptions(compare=ComparisonOptions(allow_unmatched=True)), out=tmp_path / "report")
     assert report.baseline == "gspo" and report.sweep == "with-baseline"
 
     without = load_sweep(write_sweep(tmp_path, "no-baseline", seeds=(0,)))
     launch_sweep(without, workdir=workdir, executor="debug")
     with pytest.raises(SpecError, match=r"names no baseline arm: pass --baseline ARM \(arms: grpo, gspo\)"):
         report_sweep(workdir, "no-baseline", out=tmp_path / "report2")
-    assert report_sweep(workdir, "no-baseline", baseline="grpo", out=tmp_path / "report2").baseline == "grpo"
+    assert report_sweep(workdir, "no-baseline", ReportOptions(baseline="grpo"), out=tmp_path / "report2").baseline == "grpo"
 
 
 def test_runs_finished_in_a_shared_store_are_adopted_not_rerun(tmp_path, template_db):
@@ -447,9 +450,12 @@ def test_a_run_stopped_by_a_rule_is_stopped_kept_and_only_retried_when_asked(tmp
     assert artifacts == ["alerts.jsonl"]
 
     # the report lists the alert and leaves the stopped run out of its tables unless asked
+    from cancelctl.report.options import ReportOptions
     from cancelctl.report.sweep_report import report_sweep
+    from cancelctl.stats.options import ComparisonOptions
 
-    report = report_sweep(workdir, sweep.name, baseline="grpo", out=tmp_path / "report", allow_unmatched=True)
+    options = ReportOptions(baseline="grpo", compare=ComparisonOptions(allow_unmatched=True))
+    report = report_sweep(workdir, sweep.name, options, out=tmp_path / "report")
     tables = {t.name: t for t in report.tables}
     alerts = tables["alerts"].data
     assert list(zip(alerts["run_id"], alerts["rule"], alerts["step"], alerts["action"])) == [
@@ -464,8 +470,7 @@ def test_a_run_stopped_by_a_rule_is_stopped_kept_and_only_retried_when_asked(tmp
     assert "1 of 1 run(s) of 'gspo' stopped by a monitor rule, used up to the stop: seed 0 (entropy_collapse at step 2)" \
         in verdicts.loc["entropy-falls", "notes"]
     assert (verdicts.loc["collapses", "arm_mean"], verdicts.loc["collapses", "versus_mean"]) == (1.0, 0.0)
-    included = report_sweep(workdir, sweep.name, baseline="grpo", out=tmp_path / "report2", allow_unmatched=True,
-                            include_stopped=True)
+    included = report_sweep(workdir, sweep.name, dataclasses.replace(options, include_stopped=True), out=tmp_path / "report2")
     used = {str(r) for t in included.tables if t.name != "alerts" and "run_id" in t.data for r in t.data["run_id"]}
     assert stopped in used and any("included" in n for n in included.notes)
 

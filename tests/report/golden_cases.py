@@ -9,9 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from report_frames import synthetic_sweep
-
-from cancelctl.report.build import build_report
+from report_frames import build, synthetic_sweep
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
@@ -40,7 +38,7 @@ def golden_files(out_dir: Path) -> list[Path]:
 
 def build_case(name: str, out_dir: Path):
     runs, metrics, options = case_options()[name]
-    return build_report(runs, metrics, sweep=f"golden-{name}", out_dir=out_dir, plots=False, **options)
+    return build(runs, metrics, sweep=f"golden-{name}", out_dir=out_dir, plots=False, **options)
 
 
 def regenerate() -> None:

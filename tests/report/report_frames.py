@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cancelctl.report.build import build_report
+from cancelctl.report.build import CollectedSweep, build_report
+from cancelctl.report.options import ReportOptions
+from cancelctl.stats.options import ComparisonOptions
 
 ARMS = {"gspo": 30.0, "dfpo": 20.0, "grpo": 40.0}  # arm -> time constant of the reward curve (steps)
 FINAL_ACC = {"gspo": 0.60, "dfpo": 0.66, "grpo": 0.58}  # planted eval accuracies
@@ -59,13 +61,30 @@ def synthetic_sweep(
     return pd.DataFrame(runs), pd.DataFrame(rows, columns=["run_id", "step", "key", "value"])
 
 
+def build(runs: pd.DataFrame, metrics: pd.DataFrame, *, sweep: str, out_dir: Path, console=None, **settings):
+    """`build_report` with the report's inputs and settings given flat, as the tests write them:
+    claims, notes, alerts, seed_rounds and rules_off go into the `CollectedSweep`; allow_unmatched,
+    token_tol, alpha, power and min_seeds into `ComparisonOptions`; `threshold` is κ; the rest are
+    `ReportOptions`."""
+    inputs = {name: settings.pop(name) for name in SWEEP_INPUTS if name in settings}
+    compare = ComparisonOptions(**{name: settings.pop(name) for name in COMPARE_SETTINGS if name in settings})
+    if "threshold" in settings:
+        settings["kappa"] = settings.pop("threshold")
+    options = ReportOptions(compare=compare, **settings)
+    return build_report(CollectedSweep(sweep, runs, metrics, **inputs), options, out_dir=out_dir, console=console)
+
+
+SWEEP_INPUTS = ("claims", "notes", "alerts", "seed_rounds", "rules_off")
+COMPARE_SETTINGS = ("allow_unmatched", "token_tol", "alpha", "power", "min_seeds")
+
+
 def report_for(tmp_path: Path, runs=None, metrics=None, **kwargs):
     """build_report on `synthetic_sweep()` (or the frames given) with the tests' defaults."""
     if runs is None:
         runs, metrics = synthetic_sweep()
     options = dict(sweep="synthetic", baseline="gspo", out_dir=tmp_path / "synthetic")
     options.update(kwargs)
-    return build_report(runs, metrics, **options)
+    return build(runs, metrics, **options)
 
 
 # arm -> (asymptote A, efficiency B) planted in `scaling_sweep`; "stalled" never rises

@@ -15,6 +15,7 @@ from cancelctl.spec.claims import ClaimSpec
 from cancelctl.stats.curves import late_minus_early
 from cancelctl.stats.evidence import decide, paired_evidence
 from cancelctl.stats.paired import holm_adjust, paired_bootstrap_test, seeds_for_power
+from cancelctl.stats.options import ComparisonOptions
 from cancelctl.stats.verdicts import judge_claims
 
 EVAL = "val-core/lab/acc/mean_at_4"
@@ -278,7 +279,7 @@ def test_unmatched_compute_is_not_judged_unless_allowed():
     runs, metrics = sweep_frames({"a": 0.0, "b": 0.2}, groups=(4,), updates={"a": 2, "b": 4}, extra_keys=False)
     [v] = judge_claims([claim()], runs, metrics)
     assert v.status == "cannot judge" and "not compute-matched" in v.reason and not v.compute_matched
-    [forced] = judge_claims([claim()], runs, metrics, allow_unmatched=True)
+    [forced] = judge_claims([claim()], runs, metrics, ComparisonOptions(allow_unmatched=True))
     assert forced.status == "supported" and "NOT compute-matched" in forced.notes
     assert verdict_text(forced) == "supported (NOT compute-matched)"  # the cell a reader sees says it too
 

@@ -18,6 +18,7 @@ from verl_helpers import EXPERIMENTS
 from cancelctl.backends.verl import entry, render
 from cancelctl.launch import launch_sweep
 from cancelctl.spec.expand import load_sweep
+from cancelctl.report.options import ReportOptions
 from cancelctl.report.sweep_report import report_sweep
 
 pytestmark = pytest.mark.verl  # the job entry checks verl's loss plugin before the stand-in runs
@@ -84,7 +85,7 @@ def test_verl_sweep_lands_in_mlflow_and_reports_on_the_derived_compute(small_gro
     assert final["compute/update_steps_cum"] == 60 * 4  # 128 prompts in mini-batches of 32, 1 epoch
     assert final["compute/hours_cum"] == pytest.approx(60 * 60 * 8 / 3600)  # 60 steps × 60 s × 8 GPUs
 
-    report = report_sweep(workdir, None, baseline="gspo", threshold=0.5, out=tmp_path / "report")
+    report = report_sweep(workdir, None, ReportOptions(baseline="gspo", kappa=0.5), out=tmp_path / "report")
     assert not report.violations  # the derived generated tokens match within the protocol's 10%
     car = report.table("compute_at_reward").data.set_index(["group", "arm"])
     for group in ("rollout.G=4", "rollout.G=8"):

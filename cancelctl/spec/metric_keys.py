@@ -1,0 +1,7 @@
+"""Metric keys that more than one wing names (the table of keys is SPEC "Metric keys"): the spec's
+defaults (claims, monitor rules), the report and the CLI's options read them here."""
+
+from __future__ import annotations
+
+# training reward, the curve of Prediction 1/2 and Compute@Reward [D eq. 19–21, Table 2]
+REWARD_KEY = "critic/score/mean"
