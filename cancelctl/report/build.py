@@ -29,7 +29,7 @@ from cancelctl.report.screening import Screened, ShortRunsError, rejected_table,
 from cancelctl.report.sequential_claims import sequential_claims_table, sequential_verdicts
 from cancelctl.report.tables import build_tables
 from cancelctl.report.thresholds import check_threshold, default_kappa
-from cancelctl.stats import compute_match, verdicts
+from cancelctl.stats import compute_match, hardware_match, verdicts
 from cancelctl.stats.compute_match import ComputeViolation
 
 if TYPE_CHECKING:
@@ -84,7 +84,8 @@ def build_report(
     "Rejected points" table; finished runs whose points end before their budget are left out unless
     `include_unfinished` (`cancelctl.report.screening`); runs a monitor rule stopped are left out of
     the compute-matched tables unless `include_stopped` (a note says so), never out of the claims.
-    Raises UnmatchedArmsError (exit 2) when arms of a group differ in logged compute, unless
+    Raises UnmatchedArmsError (exit 2) when arms of a group differ in logged compute or ran on
+    different hardware (GPU kinds, CPU kernel levels: `stats.hardware_match`), unless
     `allow_unmatched`; then every table says which groups are not matched. Raises SpecError on bad
     input (unknown baseline, a --metric never logged, a κ outside every value).
     """
@@ -92,8 +93,9 @@ def build_report(
         raise ArgumentError("no baseline arm: pass --baseline ARM", title="cannot build the report")
     check_metric(options.metric, sweep.metrics)
     kept = _screen(sweep, options)
-    violations = compute_match.check_compute_matched(
-        kept.prepared.runs.reset_index(drop=True), kept.prepared.by_key, tol=options.token_tol)
+    runs = kept.prepared.runs.reset_index(drop=True)
+    violations = compute_match.check_compute_matched(runs, kept.prepared.by_key, tol=options.token_tol)
+    violations += hardware_match.check_hardware_matched(runs)  # GPU kinds, CPU kernels (issue 38.6)
     if violations and not options.allow_unmatched:
         raise UnmatchedArmsError(violations)
     kappa, kappa_note = _kappa(kept.prepared, options)

@@ -37,7 +37,7 @@ from cancelctl.report.thresholds import (
     compute_at_reward_tables,
     steps_to_threshold_tables,
 )
-from cancelctl.stats import compute_match, crossing, curves, frames, intervals, paired
+from cancelctl.stats import compute_match, crossing, curves, frames, hardware_match, intervals, paired
 from cancelctl.stats.compute_match import ComputeViolation
 
 SUMMARY_COLUMNS = ["n_seeds", "mean", "ci_lo", "ci_hi", "delta_vs_baseline", "p_value", "n_paired"]
@@ -137,6 +137,8 @@ def compute_match_table(sweep: PreparedSweep, violations: list[ComputeViolation]
     for key in ("compute/gen_tokens_cum", "compute/update_steps_cum"):
         if not sweep.has(key) and not (key == "compute/gen_tokens_cum" and sweep.has("compute/gen_tokens")):
             notes.append(f"not logged: {key} — that part of the check was skipped")
+    ran_on = hardware_match.hardware_note(sweep.runs)
+    notes += [ran_on] if ran_on else []
     notes += [f"{NOT_MATCHED}: {v}" for v in violations]
     display = sweep.readable(pd.DataFrame(shown))
     return ReportTable("compute_match", "Compute matching (logged)", pd.DataFrame(rows), display, notes)

@@ -435,11 +435,14 @@ def test_each_run_records_what_it_ran_on_in_status_json_and_its_mlflow_tags(ran_
 
     workdir, _ = ran_sweep
     states = json.loads(runner.invoke(app, ["status", "rt", "--json", "-w", str(workdir)]).output)
-    runs = states["runs"] if isinstance(states, dict) else states
+    runs = states
     assert runs and all(r["hardware"]["host"] == socket.gethostname() and r["hardware"]["cpu_kernels"] for r in runs)
     record = json.loads(next(workdir.glob("sweeps/rt/runs/*/run.json")).read_text())
     tags = client_for(record["tracking_uri"]).get_run(record["mlflow_run_id"]).data.tags
     assert tags[HARDWARE_TAG_PREFIX + "host"] == socket.gethostname()
+    kernels = runs[0]["hardware"]["cpu_kernels"]
+    report = runner.invoke(app, ["report", "rt", "-w", str(workdir)], env={"COLUMNS": "400"})
+    assert f"ran on: {kernels} (all 2 runs with a record)" in report.output, report.output
 
 
 def test_ui_prints_a_loopback_mlflow_command_for_the_sweeps_store(ran_sweep):

@@ -54,6 +54,24 @@ def test_unmatched_arms_are_refused_with_names_and_numbers(tmp_path):
     assert not (tmp_path / "synthetic").exists()
 
 
+def test_arms_on_different_gpus_are_refused_and_the_report_says_what_the_runs_ran_on(tmp_path):
+    """Issue 38.6: an A100 40 GB arm beside an 80 GB one is refused like unmatched compute; forced,
+    every table of that group says so, and the compute table names the hardware."""
+    runs, metrics = synthetic_sweep()
+    runs["hardware_cpu_kernels"] = "AVX512 avx2 avx512f"
+    runs["hardware_gpu"] = "8× NVIDIA A100-SXM4-80GB (81920 MiB)"
+    forty = (runs["arm"] == "grpo") & (runs["group"] == "rollout.G=8")
+    runs.loc[forty, "hardware_gpu"] = "8× NVIDIA A100-SXM4-40GB (40960 MiB)"
+    with pytest.raises(UnmatchedArmsError, match=r"rollout.G=8.*hardware differs across runs.*40GB"):
+        report_for(tmp_path, runs, metrics)
+    report = report_for(tmp_path, runs, metrics, allow_unmatched=True, plots=False)
+    notes = report.table("compute_match").notes
+    assert any(n.startswith("ran on: 8× NVIDIA A100-SXM4-80GB (81920 MiB) (15 runs); 8× NVIDIA A100-SXM4-40GB") for n in notes)
+    assert not report.compute_matched and all("rollout.G=4" not in str(v) for v in report.violations)
+    runs["hardware_gpu"] = "8× NVIDIA A100-SXM4-80GB (81920 MiB)"
+    assert report_for(tmp_path / "same", runs, metrics, plots=False).compute_matched
+
+
 def test_allow_unmatched_marks_every_table(tmp_path):
     runs, metrics = synthetic_sweep(token_scale={("grpo", 8): 1.5})
     report = report_for(tmp_path, runs, metrics, allow_unmatched=True, plots=False)
