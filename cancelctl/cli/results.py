@@ -93,7 +93,7 @@ def report(
     compute: str = typer.Option("tokens", "--compute", help="Compute axis: tokens | updates | hours."),
     metric: str = typer.Option(REWARD_KEY, "--metric", help="Training reward metric key."),
     out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default: results/<sweep>)."),
-    allow_unmatched: bool = typer.Option(False, help="Report arms that are not compute-matched (tables say so)."),
+    allow_unmatched: bool = typer.Option(False, help="Report arms that are not compute-matched, or ran on different GPU kinds or CPU kernels (tables say so)."),
     uri: Optional[str] = typer.Option(None, "--uri", help="MLflow tracking URI (default: the sweep's store)."),
     claims_only: bool = typer.Option(
         False, "--claims-only", help="Print only the claims' verdicts; write nothing (the report on disk stays as it was)."
