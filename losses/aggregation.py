@@ -27,6 +27,13 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, axis=None) -> torch.Te
     return masked_sum(values, mask, axis) / (mask.sum(axis=axis) + 1e-8)
 
 
+def row_mean(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Per row, the mean of `values` over its response tokens: (1/|y_i|) Σ_t x_{i,t}, [N, T] -> [N]; a
+    row without tokens gives 0 (its length counts as 1). The token mean of the sequence ratio [D eq. 44]
+    and of the grpo row weights; unlike `masked_mean` no ε is added, so it is exact."""
+    return (values * response_mask).sum(-1) / response_mask.sum(-1).clamp(min=1)
+
+
 def agg_loss(
     loss_mat: torch.Tensor,
     loss_mask: torch.Tensor,

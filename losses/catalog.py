@@ -21,6 +21,9 @@ AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mea
 ALL_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 # Token-weight wrappers, innermost first (all multiply detached weights, so the order is only a label).
 WRAPPERS = ("probe", "inject_delta", "inject_noise", "tis")
+# In verl's policy-loss registry every loss is `cancel_<name>` (`losses.verl_plugin` registers them;
+# a run's actor.policy_loss.loss_mode names one): `verl_loss_name`.
+VERL_LOSS_PREFIX = "cancel_"
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,11 @@ def loss_info(name: str) -> LossInfo:
         return LOSSES[name]
     except KeyError:
         raise ValueError(f"unknown loss {name!r}; registered: {', '.join(LOSSES)}") from None
+
+
+def verl_loss_name(name: str) -> str:
+    """The name loss `name` has in verl's policy-loss registry: `cancel_<name>`."""
+    return VERL_LOSS_PREFIX + name
 
 
 def needs_groups(name: str) -> bool:

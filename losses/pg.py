@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from losses.aggregation import aggregate, masked_mean
+from losses.aggregation import aggregate, masked_mean, row_mean
 from losses.config import DEFAULT_CONFIG, clip_bounds, dual_clip
 from losses.metrics import pg_metrics
 from losses.ratios import (
@@ -153,14 +153,10 @@ def token_row_weights(log_prob, old_log_prob, advantages, response_mask, group_i
     clip_low, clip_high = clip_bounds(DEFAULT_CONFIG if config is None else config)
     ratio = token_ratio(log_prob, old_log_prob)
     clipped = sign_aware_clip(ratio, advantages.unsqueeze(-1).expand_as(ratio), clip_low, clip_high)
-    return _row_mean(clipped, response_mask)
+    return row_mean(clipped, response_mask)
 
 
 def symclip_row_weights(log_prob, old_log_prob, advantages, response_mask, group_ids=None, config=None):
     """grpo_symclip: the token mean of clip(r, 0, 1+ε) [D eq. 79]."""
     _, clip_high = clip_bounds(DEFAULT_CONFIG if config is None else config)
-    return _row_mean(symmetric_clip(token_ratio(log_prob, old_log_prob), clip_high), response_mask)
-
-
-def _row_mean(values: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    return (values * response_mask).sum(-1) / response_mask.sum(-1).clamp(min=1)
+    return row_mean(symmetric_clip(token_ratio(log_prob, old_log_prob), clip_high), response_mask)

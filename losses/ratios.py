@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from losses.aggregation import row_mean
+
 LOG_RATIO_CLAMP = 20.0  # token log-ratio clamp before exp (SPEC; verl vanilla)
 SEQ_LOG_RATIO_MAX = 10.0  # sequence log-ratio clamp, as verl's gspo (core_algos.py:1590)
 
@@ -25,8 +27,7 @@ def token_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torch.Ten
 
 def sequence_log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """log s_i = (1/|y_i|) Σ_t (log π_θ − log π_old) over response tokens [D eq. 44]; [N]."""
-    lengths = torch.sum(response_mask, dim=-1).clamp(min=1)
-    return torch.sum((log_prob - old_log_prob) * response_mask, dim=-1) / lengths
+    return row_mean(log_prob - old_log_prob, response_mask)
 
 
 def sequence_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

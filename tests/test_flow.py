@@ -215,6 +215,7 @@ def test_the_graph_sees_the_imports_it_guards():
         "cancelctl.stats.verdicts"]
     assert "cancelctl.stats.claim_values" in graph["cancelctl.stats.verdict_rules"]
     assert "cancelctl.stats.verdicts" not in full["cancelctl.stats.verdict_rules"] | full["cancelctl.stats.outcomes"]
+    assert {"cancelctl.installed"} <= graph["cancelctl.launch.preflight"] & graph["cancelctl.backends.verl.render"]
     assert "cancelctl.spec.metric_keys" in graph["cancelctl.spec.claims"] and "cancelctl.spec.metric_keys" in graph[
         "cancelctl.spec.monitor"]
     assert io_in_stats(ROOT) == [] and (ROOT / "cancelctl" / "stats" / "intervals.py").exists()

@@ -14,7 +14,6 @@ forward and backward, so a new stream would buy nothing a user sees.
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import statistics
 import time
@@ -23,6 +22,7 @@ from collections.abc import Callable
 import torch
 
 import losses
+from cancelctl.installed import installed
 
 LOSS_TARGET = 1.15
 VERL_TARGET = 1.05
@@ -198,7 +198,7 @@ def run_loss_benchmark(
     torch.manual_seed(0)
     batch = _batch(rows, tokens, group, device)
     cases = _loss_cases(batch)
-    has_verl = include_verl and importlib.util.find_spec("verl") is not None
+    has_verl = include_verl and installed("verl")
     if has_verl:
         cases.update(_verl_cases(batch))
     cases.update(_transform_cases(device, transform_rows))

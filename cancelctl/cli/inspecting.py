@@ -197,11 +197,10 @@ def smoke(
     Refused first, before any job: data verl could not read, and prompts that max_prompt_length would
     leave fewer than a step of. Exit 0 only when every configuration passes."""
     from cancelctl.backends.validate import validate_files
-    from cancelctl.executors.registry import executor_names
+    from cancelctl.spec.executors import check_executor_name
     from cancelctl.smoke import run_smoke
 
-    if executor not in executor_names():
-        fail_input(ArgumentError(f"--executor {executor!r}: one of {', '.join(executor_names())}"))
+    check_executor_name(executor)
     sweep = load_sweep_file(path, allow_unmatched=True)  # compute matching is the sweep's business, not the smoke's
     # the data files and their prompts' lengths, before any job
     checked = validate_files([path], allow_unmatched=True, compose_verl=False, model=model)

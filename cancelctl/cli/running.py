@@ -21,7 +21,7 @@ from cancelctl.cli.common import (
     state_counts,
     workdir_path,
 )
-from cancelctl.errors import ArgumentError, SweepNotFound
+from cancelctl.errors import ArgumentError
 
 # keyed by the state words of cancelctl.runstate (lower case)
 STATE_STYLE = {"completed": "green", "failed": "bold red", "cancelled": "yellow", "running": "cyan", "pending": "dim",
@@ -66,16 +66,16 @@ def sweep(
 ) -> None:
     """Validate, expand and run every arm of a sweep; finished or running runs are never resubmitted.
     Exit 1 when a run failed, 3 when runs were cancelled (`cancelctl cancel`) and none failed."""
-    from cancelctl.executors import executor_names, get_executor
+    from cancelctl.executors import get_executor
     from cancelctl.launch.interrupt import (
         Interrupted,
         interrupted_message,
         signals_interrupt,
     )
+    from cancelctl.spec.executors import check_executor_name
 
-    if executor is not None and executor not in executor_names():
-        *first, last = executor_names()
-        fail_input(ArgumentError(f"--executor {executor!r}: expected {', '.join(first)} or {last}"))
+    if executor is not None:
+        check_executor_name(executor)
     if not until_decided and (max_seeds is not None or batch is not None):
         fail_input(ArgumentError("--max-seeds and --batch go with --until-decided"))
     plan_ = load_sweep_file(path, allow_unmatched)
@@ -226,13 +226,12 @@ def watch_sweep(
 ) -> None:
     """Live view of a sweep (state, step, reward, rho std, entropy, ETA, alerts) until every run has ended;
     plain lines when not a terminal. Ctrl-C stops watching, never the runs. Exit 1 if a run failed."""
-    from cancelctl.launch import latest_sweep, sweep_status
+    from cancelctl.launch import sweep_status
     from cancelctl.report.live.watch import watch
+    from cancelctl.workdir import existing_sweep
 
     wd = workdir_path(workdir)
-    name = sweep or latest_sweep(wd)
-    if name is None:
-        fail_input(SweepNotFound(f"no sweep has been run in {wd} yet (run `cancelctl sweep FILE` first)"))
+    name = sweep or existing_sweep(wd, None).sweep  # the latest; none run here: SweepNotFound (exit 2)
     sweep_status(wd, name)  # an unknown sweep: one clear message (exit 2), before any view
     result = watch(lambda: sweep_status(wd, name), title=name, console=console, refresh_s=refresh)
     raise typer.Exit(1 if any(run.state == "failed" for run in result.view.runs) else 0)
@@ -244,12 +243,11 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print states as JSON."),
 ) -> None:
     """Per-run state of a sweep (one sacct call for the whole sweep on SLURM)."""
-    from cancelctl.launch import latest_sweep, sweep_status
+    from cancelctl.launch import sweep_status
+    from cancelctl.workdir import existing_sweep
 
     wd = workdir_path(workdir)
-    name = sweep or latest_sweep(wd)
-    if name is None:
-        fail_input(SweepNotFound(f"no sweep has been run in {wd} yet (run `cancelctl sweep FILE` first)"))
+    name = sweep or existing_sweep(wd, None).sweep  # the latest; none run here: SweepNotFound (exit 2)
     every = sweep_status(wd, name, include_stale=True)
     states, stale = [s for s in every if not s.stale], [s for s in every if s.stale]
     if every.unreachable:  # the states shown are the last SLURM gave: said once, before them

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Union
 
-from cancelctl.errors import SpecError
 from cancelctl.spec import executors as catalog
 
 if TYPE_CHECKING:
@@ -41,10 +40,8 @@ def executor_names() -> list[str]:
 
 
 def get_executor(name: str) -> Executor:
-    """The executor registered as `name`; SpecError (exit 2) naming the known ones otherwise."""
-    target = _REGISTRY.get(name)
-    if target is None:
-        raise SpecError(f"executor {name!r}: expected one of {', '.join(_REGISTRY)}", title="invalid arguments")
+    """The executor registered as `name`; ArgumentError (exit 2) naming the known ones otherwise."""
+    target = _REGISTRY[catalog.check_executor_name(name, "executor")]  # the catalog is kept in step
     if isinstance(target, str):
         module, _, attr = target.partition(":")
         target = getattr(importlib.import_module(module), attr)

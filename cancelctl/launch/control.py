@@ -14,7 +14,7 @@ from cancelctl.fileio import file_lock, file_lock_if_free, read_json
 from cancelctl.manifest import ManifestBusy
 from cancelctl.runstate import CANCELLED, COMPLETED, STOPPED, TERMINAL, UNSUBMITTED, RunState, SweepStates
 from cancelctl.launch.states import sweep_states
-from cancelctl.workdir import RunFolder, SweepPaths, existing_sweep, latest_sweep, sweep_paths
+from cancelctl.workdir import RunFolder, SweepPaths, existing_sweep, sweep_paths
 
 log = logging.getLogger("cancelctl.launch")
 
@@ -243,4 +243,4 @@ def _status_of_unclosed(state: RunState) -> str:
     return "KILLED" if state.state == CANCELLED or state.cancel_requested else "FAILED"
 
 
-__all__ = ["stop_runs", "cancel_sweep", "latest_sweep", "list_sweeps", "reconcile", "settle_tracking", "sweep_status", "wait_for_sweep"]
+__all__ = ["stop_runs", "cancel_sweep", "list_sweeps", "reconcile", "settle_tracking", "sweep_status", "wait_for_sweep"]

@@ -14,12 +14,12 @@ checks, compute matching and identical arms, are made when the file is expanded:
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from collections.abc import Callable, Container, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cancelctl.errors import SpecError, SpecIssue
+from cancelctl.installed import installed
 from cancelctl.spec.yamlpos import Location
 
 if TYPE_CHECKING:
@@ -39,11 +39,7 @@ def register_launch_refusals(backend: str, hook: LaunchRefusals) -> None:
 def _refusal_hook(backend: str) -> LaunchRefusals | None:
     if backend not in _REFUSALS:
         module = f"cancelctl.backends.{backend}.planning"
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            found = False
-        hook = getattr(importlib.import_module(module), "launch_refusals", None) if found else None
+        hook = getattr(importlib.import_module(module), "launch_refusals", None) if installed(module) else None
         if hook is not None:
             register_launch_refusals(backend, hook)
     return _REFUSALS.get(backend)

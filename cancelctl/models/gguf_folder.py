@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from cancelctl.errors import CancelctlError
+from cancelctl.installed import installed
 from cancelctl.models.catalog import DEFAULT_OUT_DIR, ModelEntry, entry
 from cancelctl.models.wheel import find_gguf
 
@@ -41,9 +42,7 @@ class MissingModelExtra(CancelctlError, ImportError):
 
 
 def _require_extra() -> None:
-    import importlib.util
-
-    missing = [name for name in ("gguf", "transformers", "torch") if importlib.util.find_spec(name) is None]
+    missing = [name for name in ("gguf", "transformers", "torch") if not installed(name)]
     if missing:
         raise MissingModelExtra(f"model prepare needs {', '.join(missing)}: pip install 'cancelctl[model]'")
 

@@ -8,6 +8,8 @@ checks that the registry registers exactly the built-in names below).
 
 from __future__ import annotations
 
+from cancelctl.errors import ArgumentError
+
 BUILT_IN_EXECUTORS = ("local", "slurm", "debug")
 DEFAULT_EXECUTOR = "local"
 
@@ -27,3 +29,19 @@ def add_executor_name(name: str) -> None:
 def remove_executor_name(name: str) -> None:
     if name in _NAMES:
         _NAMES.remove(name)
+
+
+def expected_executors() -> str:
+    """The names a spec may give, as every refusal spells them: 'local', 'slurm' or 'debug'."""
+    from cancelctl.spec.strict import one_of  # pydantic's spelling; imported here: naming costs no pydantic
+
+    return one_of(tuple(_NAMES))
+
+
+def check_executor_name(name: str, what: str = "--executor") -> str:
+    """`name`, when a registered executor has it; else ArgumentError (exit 2) naming the known ones —
+    the one refusal of an unknown executor name (`--executor`, `get_executor`; the spec's field says
+    it in pydantic's words with the same list)."""
+    if name not in _NAMES:
+        raise ArgumentError(f"{what} {name!r}: expected {expected_executors()}")
+    return name

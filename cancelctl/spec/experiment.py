@@ -17,7 +17,7 @@ from pydantic import AfterValidator, Field, WithJsonSchema, field_validator, mod
 from pydantic_core import PydanticCustomError
 
 from cancelctl.spec.cluster import ClusterSpec
-from cancelctl.spec.executors import executor_names
+from cancelctl.spec.executors import executor_names, expected_executors
 from cancelctl.spec.lab import LabSpec
 from cancelctl.spec.monitor import MonitorSpec
 from cancelctl.spec.strict import Strict, one_of, without_defaults, without_unset_levers
@@ -40,7 +40,7 @@ LossName = Annotated[
 def _registered_executor(name: str) -> str:
     # the catalog the executor registry keeps in step: one registered by an extension validates
     if name not in executor_names():
-        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": one_of(tuple(executor_names()))})
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected_executors()})
     return name
 
 

@@ -54,6 +54,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from cancelctl.spec.claims import MARGIN_DIRECTIONS
+
 PRIOR_VARIANCE = 2.0  # g: variance of the half-normal prior on the standardized effect (see above)
 
 
@@ -110,7 +112,7 @@ def look_evidence(
 ) -> LookEvidence:
     """The e-values of a claim's `direction` from the mean and sd of its n paired differences
     (arm − versus); `margin` as `evidence.paired_evidence` uses it (absolute, > 0)."""
-    m = float(margin) if direction in ("not_higher", "not_lower", "similar") else 0.0
+    m = float(margin) if direction in MARGIN_DIRECTIONS else 0.0
 
     def e(side: int, shift: float) -> float:
         return e_value(effect, sd, n, side, shift, g)

@@ -108,10 +108,12 @@ def test_the_cli_accepts_a_registered_executor(tmp_path, workdir, inproc):
 
 
 def test_unknown_executor_is_bad_input_naming_the_known_ones(inproc):
-    with pytest.raises(SpecError, match=r"executor 'k8s': expected one of local, slurm, debug, inproc"):
+    expected = "expected 'local', 'slurm', 'debug' or 'inproc'"  # one spelling: spec.executors.check_executor_name
+    with pytest.raises(SpecError, match=f"executor 'k8s': {expected}"):
         get_executor("k8s")
-    result = CliRunner().invoke(app, ["sweep", "x.yaml", "--executor", "k8s"])
-    assert result.exit_code == 2 and "expected local, slurm, debug or inproc" in result.output
+    for argv in (["sweep", "x.yaml"], ["smoke", "x.yaml"]):
+        result = CliRunner().invoke(app, [*argv, "--executor", "k8s"])
+        assert result.exit_code == 2 and f"--executor 'k8s': {expected}" in result.output, result.output
 
 
 def test_built_in_executors_are_registered_and_wait_as_before():

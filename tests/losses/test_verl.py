@@ -8,6 +8,7 @@ from loss_helpers import grad_of, make_batch, verl_core_fixture  # noqa: F401  (
 
 import losses
 from losses.aggregation import agg_loss
+from losses.catalog import verl_loss_name
 
 pytestmark = pytest.mark.verl
 
@@ -137,7 +138,7 @@ def test_plugin_registers_prefixed_names_through_the_entry_point(verl_core):
     b = make_batch()
     config = actor_config({})
     for name in losses.names():
-        fn = verl_core.get_policy_loss_fn(f"cancel_{name}")
+        fn = verl_core.get_policy_loss_fn(verl_loss_name(name))
         if name == "dfpo":
             continue
         theirs, _ = fn(**b.kwargs(config=config, loss_agg_mode="token-mean"))

@@ -57,7 +57,7 @@ def test_a_registered_executor_is_in_the_catalog_until_unregistered():
     assert "k8s-test" not in catalog.executor_names()
     with pytest.raises(ValueError, match="Input should be 'local', 'slurm' or 'debug'"):
         ExperimentSpec.model_validate({"executor": "k8s-test"})
-    with pytest.raises(SpecError, match="expected one of local, slurm, debug"):
+    with pytest.raises(SpecError, match="expected 'local', 'slurm' or 'debug'"):
         from cancelctl.executors import get_executor
 
         get_executor("k8s-test")

@@ -30,6 +30,7 @@ from cancelctl.backends.verl.errors import VerlRenderError
 from cancelctl.backends.verl.field_types import field_type_errors
 from cancelctl.backends.verl.overrides import OverrideSet, Setting
 from cancelctl.backends.verl.render import LOSS_PLUGIN_MODULE, RUN_IDENTITY_KEYS, config_name, render_override_set
+from cancelctl.installed import installed
 from cancelctl.spec.run import RunSpec
 
 SKIPPED = "verl layer skipped: verl not installed (pip install 'cancelctl[verl]')"
@@ -63,7 +64,7 @@ class ValidationResult(list):
 
 
 def verl_available() -> bool:
-    return all(_has_module(m) for m in ("verl", "hydra", "omegaconf"))
+    return all(installed(m) for m in ("verl", "hydra", "omegaconf"))
 
 
 def verl_config_dir() -> Path:
@@ -152,14 +153,20 @@ class VerlComposer:
             return compose(config_name=config, overrides=list(lines))
 
     def compose_findings(self, config: str, lines: tuple[str, ...]) -> list[Finding]:
+        from hydra.errors import HydraException
         from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
 
         cfg, findings = self._apply_to_base(config, lines)
         if findings:
             try:  # the authoritative path: settles group overrides the fast path cannot apply
                 cfg, findings = self.compose(config, list(lines)), []
-            except Exception:
-                pass  # real errors; go on checking the config without the bad lines
+            except (HydraException, OmegaConfBaseException):
+                # Hydra refuses the same lines: the fast path ran Hydra's own override code on each one
+                # and every finding already names its line with Hydra's message, where compose would
+                # stop at the first. Go on checking the config without the bad lines. Anything else
+                # (a bug, a broken install) is not a finding about these lines and is not caught.
+                pass
         applied = tuple(x for x in lines if x not in {f.override for f in findings})
         try:
             OmegaConf.resolve(cfg)
@@ -281,7 +288,7 @@ def _verl_tools() -> _VerlTools | str:
         else:
             # `import verl` loads the `verl.plugins` entry point; only check the registry when the
             # plugin module exists at all, so a missing plugin is one note, not an error per run.
-            registry = POLICY_LOSS_REGISTRY if _has_module(LOSS_PLUGIN_MODULE) else None
+            registry = POLICY_LOSS_REGISTRY if installed(LOSS_PLUGIN_MODULE) else None
             _TOOLS = _VerlTools(validate_config, omega_conf_to_dataclass, need_critic, need_reference_policy, registry)
     return _TOOLS
 
@@ -348,13 +355,6 @@ def _quiet():
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         yield
-
-
-def _has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ModuleNotFoundError, ValueError):
-        return False
 
 
 def _verl_version() -> str:

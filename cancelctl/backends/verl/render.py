@@ -11,10 +11,8 @@ are `layout`.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shlex
-from pathlib import Path
 
 from cancelctl.backends.verl.data_files import scored_by_cancelctl
 from cancelctl.spec.batching import minibatch_order
@@ -28,7 +26,9 @@ from cancelctl.backends.verl.layout import (
 )
 from cancelctl.backends.verl.overrides import ACTOR, ROLLOUT, OverrideSet
 from cancelctl.backends.verl.templates import Template, TemplateError, default_template, load_template
+from cancelctl.installed import installed
 from cancelctl.spec.run import RunSpec, planned_steps
+from losses.catalog import verl_loss_name
 
 VERL_ENTRY = ["python3", "-m", "verl.trainer.main_ppo"]
 CONFIG_NAME = {"fsdp": "ppo_trainer", "fsdp2": "ppo_trainer", "megatron": "ppo_megatron_trainer"}
@@ -55,7 +55,8 @@ _TORCH_OPTIMIZER = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
 
 
 def loss_mode(loss: str) -> str:
-    return f"cancel_{loss}"
+    """actor.policy_loss.loss_mode of a run of `loss`: its name in verl's registry."""
+    return verl_loss_name(loss)
 
 
 def config_name(run: RunSpec) -> str:
@@ -117,36 +118,21 @@ def render_override_set(run: RunSpec) -> OverrideSet:
 
 
 def unsupported_on_verl(run: RunSpec) -> list[str]:
-    """What of this run's spec the verl backend cannot run, though its config composes. The same on
-    every machine, so `sweep` refuses such runs before anything is submitted. Empty today: every
-    loss and batching strategy runs (the combinations that cannot work are refused at render)."""
+    """Always empty: every loss and batching strategy runs on verl (the combinations that cannot work
+    are refused at render). Dead code, kept only while `planning.launch_refusals` still calls it;
+    it goes with that call."""
     return []
 
 
 def launch_blockers(run: RunSpec) -> list[str]:
     """Why this run cannot start in this job, though its config composes (empty = ready)."""
     blockers = []
-    if _missing(LOSS_PLUGIN_MODULE):
+    if not installed(LOSS_PLUGIN_MODULE):
         loss = loss_mode(run.spec.algorithm.loss)
         blockers.append(f"{LOSS_PLUGIN_MODULE} (registers {loss} in verl) is not installed")
-    if minibatch_order(run.spec) != "default" and _missing(TRAINER_PLUGIN_MODULE):
+    if minibatch_order(run.spec) != "default" and not installed(TRAINER_PLUGIN_MODULE):
         blockers.append(f"{TRAINER_PLUGIN_MODULE} (registers trainer_mode {TRAINER_MODE} in verl) is not installed")
-    return blockers + unsupported_on_verl(run)
-
-
-def _missing(module: str) -> bool:
-    """Whether `a.b.c` is absent, found without importing `a` (losses/ imports torch)."""
-    top, *rest = module.split(".")
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        return True
-    if spec is None:
-        return True
-    if not rest:
-        return False
-    base = Path(list(spec.submodule_search_locations or [""])[0]).joinpath(*rest)
-    return not (base.with_suffix(".py").is_file() or (base / "__init__.py").is_file())
+    return blockers
 
 
 def _template(run: RunSpec) -> Template:

@@ -106,7 +106,7 @@ def test_train_raises_when_verl_fails(make_run, fake_verl, monkeypatch):
 
 def test_train_refuses_blocked_runs(make_run, fake_verl, monkeypatch):
     # a job whose environment lacks the verl trainer plugin (every strategy is implemented now)
-    monkeypatch.setattr(render, "_missing", lambda module: module == render.TRAINER_PLUGIN_MODULE)
+    monkeypatch.setattr(render, "installed", lambda module: module != render.TRAINER_PLUGIN_MODULE)
     with pytest.raises(RuntimeError, match="plugin_trainer .*is not installed"):
         train(make_run("{batching: {strategy: query_preserved}}"), fake_verl, ListLogger())
     assert not (fake_verl / "argv.json").exists()

@@ -261,7 +261,7 @@ def test_every_experiment_renders():
 
 
 def test_validate_without_verl_says_skipped(monkeypatch):
-    monkeypatch.setattr(compose_module, "_has_module", lambda name: name != "verl")
+    monkeypatch.setattr(compose_module, "installed", lambda name: name != "verl")
     result = validate_runs(verl_runs("batching.yaml"))
     assert result == [] and result.skipped and result.status == SKIPPED
     assert "pip install 'cancelctl[verl]'" in result.status
