@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterable
 
 from cancelctl.backends.verl.data_files import scored_by_cancelctl
 from cancelctl.spec.batching import minibatch_order
@@ -52,6 +53,15 @@ RUN_IDENTITY_KEYS = (
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 _SHELL_SPECIAL_IN_DOUBLE_QUOTES = re.compile(r'[$`"\\!]')
 _TORCH_OPTIMIZER = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD"}
+# rollout.precision as verl's rollout.dtype (vLLM's and SGLang's dtype; the hf_cpu rollout loads its model and
+# the synced weights in it): verl's default is bfloat16, so an fp32 spec must say so
+ROLLOUT_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+# The hf_cpu rollout in bf16 / fp32, same process, 1 thread (benchmarks/bench_rollout_precision.py, SmolLM2-135M,
+# 8 prompts x G 4 x 24 tokens, on a 2-core Xeon with AVX512-BF16 and AMX, 2026-11-27): generation 64.2 vs 31.4
+# new tokens/s, the log-prob pass 785 vs 227 tokens/s. Without those flags torch emulates bf16 matmuls
+# (~7x slower than fp32 on CI's EPYC, docs/verl.md).
+BF16_ROLLOUT_SPEEDUP = {"generation": 2.0, "log-prob pass": 3.5}
+BF16_KERNEL_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def loss_mode(loss: str) -> str:
@@ -223,6 +233,7 @@ def _rollout(run: RunSpec, out: OverrideSet) -> None:
     out.set(f"{ROLLOUT}.n", rollout.G)
     out.set(f"{ROLLOUT}.temperature", rollout.temperature)
     out.set(f"{ROLLOUT}.top_p", rollout.top_p)
+    out.set(f"{ROLLOUT}.dtype", ROLLOUT_DTYPE[rollout.precision])
     out.set(f"{ROLLOUT}.response_length", spec.max_new_tokens)
     out.set(f"{ROLLOUT}.gpu_memory_utilization", rollout.gpu_memory_utilization)
     out.set(f"{ROLLOUT}.seed", spec.seed)
@@ -327,6 +338,24 @@ def _trainer(run: RunSpec, out: OverrideSet, template: Template) -> None:
     else:
         out.set("trainer.test_freq", -1)
         out.set("trainer.val_before_train", False)
+
+
+def rollout_precision_note(run: RunSpec, cpu_kernels: str | Iterable[str] = ()) -> str | None:
+    """One line for `render`: a CPU run's hf_cpu rollout in bf16 / fp16 against its trainer, and what bf16
+    costs on CPUs (`cpu_kernels`: the flags of the machine asked, e.g. `describe_hardware()["cpu_kernels"]`)."""
+    spec = run.spec
+    if spec.backend != "verl" or spec.cluster.device != "cpu" or spec.rollout.precision == "fp32":
+        return None
+    flags = set(cpu_kernels.split() if isinstance(cpu_kernels, str) else cpu_kernels)
+    here = [flag for flag in BF16_KERNEL_FLAGS if flag in flags]
+    speed = ", ".join(f"{what} {x:.1f}x" for what, x in BF16_ROLLOUT_SPEEDUP.items())
+    return (
+        f"rollout.precision {spec.rollout.precision}: the hf_cpu rollout generates and scores in {spec.rollout.precision} "
+        f"against the {spec.model.dtype} trainer, a train-inference mismatch (mismatch/*) as on GPUs; bf16 vs fp32 "
+        f"speed on a Xeon with AVX512-BF16/AMX: {speed}, and ~7x slower on CPUs without them (this machine: "
+        + (f"{'/'.join(here)} present" if here else "neither")
+        + "); rollout.precision: fp32 for a rollout that is the trainer's to rounding"
+    )
 
 
 def _device(run: RunSpec, out: OverrideSet) -> None:

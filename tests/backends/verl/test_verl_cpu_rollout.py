@@ -3,7 +3,9 @@
 Checks against a plain forward of prompt + response: the returned log-probs are
 log_softmax(logits / T) of the chosen tokens, greedy is the argmax, stop tokens and max tokens end a
 sequence, concurrent requests run as one batch (forward calls counted), and the server takes new
-weights with a version bump.
+weights with a version bump. The rollout's precision (verl's `rollout.dtype`): a bf16 server
+generates with a bf16 model, takes fp32 weights cast to bf16, and its log-probs differ from the fp32
+trainer's (the train–inference mismatch [H] studies); an fp32 server's agree with the trainer's.
 """
 
 from __future__ import annotations
@@ -216,3 +218,65 @@ def test_server_returns_token_outputs_and_takes_new_weights(model_dir):
         server.engine.model.state_dict()["lm_head.weight"], state["lm_head.weight"]
     )
     assert after.log_probs != before.log_probs
+
+
+def trainer_and_synced_weights(model_dir):
+    """The fp32 trainer's model, moved off its initial weights, and those weights (fp32), as verl syncs them."""
+    from transformers import AutoModelForCausalLM
+
+    trainer = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
+    torch.manual_seed(1)
+    state = {k: v + 0.05 * torch.randn_like(v) for k, v in trainer.state_dict().items()}
+    trainer.load_state_dict(state)
+    return trainer, state
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_server_generates_in_the_rollout_dtype_against_the_fp32_trainer(model_dir, dtype):
+    from cancelctl.backends.verl.cpu.rollout import HFCpuRolloutServer
+
+    trainer, state = trainer_and_synced_weights(model_dir)
+    server = HFCpuRolloutServer("test", str(model_dir), response_length=8, dtype=dtype)
+    asyncio.run(server.update_weights(state, global_steps=0))
+    expected = getattr(torch, dtype)
+    assert {p.dtype for p in server.engine.model.parameters()} == {expected}  # synced fp32 cast on load
+    assert torch.equal(server.engine.model.lm_head.weight, state["lm_head.weight"].to(expected))
+
+    async def generate():
+        return await asyncio.gather(
+            *(server.generate(request_id=str(i), prompt_ids=p, sampling_params={"temperature": 1.0})
+              for i, p in enumerate(PROMPTS))
+        )  # fmt: skip
+
+    outs = asyncio.run(generate())
+    # [H] eq. 5: rho = pi_train / pi_infer per token; the trainer recomputes the rollout's tokens in fp32
+    diff = torch.cat(
+        [reference_log_probs(trainer, p, o.token_ids, 1.0) - torch.tensor(o.log_probs) for p, o in zip(PROMPTS, outs)]
+    )
+    rho_std = diff.exp().std().item()
+    print(dtype, "max |dlogp|", diff.abs().max().item(), "std(rho)", rho_std)
+    if dtype == "float32":
+        assert diff.abs().max() < 5e-6  # the trainer's log-probs, to fp32 rounding
+    else:
+        assert diff.abs().mean() > 1e-4 and rho_std > 1e-3  # bf16 weights and activations: a mismatch
+
+
+def test_the_adapter_ships_the_trainers_weights_in_the_rollout_dtype():
+    from verl.workers.config import RolloutConfig
+
+    from cancelctl.backends.verl.cpu.rollout import HFCpuServerAdapter
+
+    shipped = {}
+
+    class Server:  # the replica's server actor: what `update_weights.remote` receives
+        class update_weights:
+            @staticmethod
+            async def remote(state, global_steps):
+                shipped.update(state)
+
+    adapter = HFCpuServerAdapter(RolloutConfig(name="hf_cpu", dtype="bfloat16", tensor_model_parallel_size=1), None, None)
+    adapter._server = Server()
+    weights = [("w", torch.randn(3, 2)), ("steps", torch.arange(3))]
+    asyncio.run(adapter.update_weights(iter(weights), global_steps=0))
+    assert shipped["w"].dtype == torch.bfloat16 and torch.equal(shipped["w"], weights[0][1].to(torch.bfloat16))
+    assert shipped["steps"].dtype == torch.int64  # integer buffers keep theirs

@@ -309,6 +309,23 @@ def test_fp32_sets_fsdps_compute_dtype_and_bf16_leaves_verls_default(make_run):
     assert "actor_rollout_ref.actor.fsdp_config.mixed_precision" not in as_dict(render_overrides(make_run()))
 
 
+@pytest.mark.parametrize("precision, dtype", [(None, "bfloat16"), ("fp32", "float32"), ("fp16", "float16")])
+def test_rollout_precision_is_verls_rollout_dtype(make_run, precision, dtype):
+    """vLLM, SGLang and the hf_cpu rollout generate in rollout.dtype; verl's default is bfloat16."""
+    spec = f"{{rollout: {{precision: {precision}}}}}" if precision else None
+    assert as_dict(render_overrides(make_run(spec) if spec else make_run()))["actor_rollout_ref.rollout.dtype"] == dtype
+
+
+def test_render_notes_a_cpu_runs_bf16_rollout_and_its_speed(make_run):
+    from cancelctl.backends.verl.render import rollout_precision_note
+
+    note = rollout_precision_note(cpu_run(make_run), "avx512f avx512_bf16 amx_bf16 amx_tile")
+    assert "bf16 against the bf16 trainer" in note and "generation 2.0x" in note and "avx512_bf16/amx_bf16 present" in note
+    assert "(this machine: neither)" in rollout_precision_note(cpu_run(make_run), "avx2 avx512f")
+    fp32 = make_run("{cluster: {device: cpu, gpus_per_node: 0}, rollout: {precision: fp32}}")
+    assert rollout_precision_note(fp32, "") is None and rollout_precision_note(make_run(), "") is None  # GPU: none
+
+
 def test_a_gpu_run_is_unchanged_by_the_device_field(make_run):
     from cancelctl.backends.verl.render import job_env
 

@@ -12,7 +12,10 @@ sampling settings:
 
 The log-prob returned for each generated token is log_softmax(logits / T) of that token over the
 whole vocabulary (not the top-k/top-p renormalised one), which is what verl's actor recomputes and
-compares (`training/rollout_probs_diff_*`, bypass / IS corrections).
+compares (`training/rollout_probs_diff_*`, bypass / IS corrections). The model runs in its own dtype,
+the rollout's (rollout.py: verl's `rollout.dtype`): a bf16 model's logits come out of its lm_head in
+bf16, and sampling and log_softmax run in fp32 on them, as vLLM's sampler does — so a bf16 rollout's
+log-probs carry bf16's rounding against an fp32 trainer's recompute, the mismatch [H] measures.
 """
 
 from __future__ import annotations
@@ -223,7 +226,8 @@ class BatchingGenerator:
     def load_state_dict(
         self, state: Mapping[str, torch.Tensor]
     ) -> tuple[list[str], list[str]]:
-        """Copy the trainer's tensors into the model (cast to its dtype); returns (missing, unexpected)."""
+        """Copy the trainer's tensors into the model (cast to its dtype: fp32 masters round to a bf16
+        rollout's); returns (missing, unexpected)."""
         with self.lock:
             result = self.model.load_state_dict(dict(state), strict=False)
         return list(result.missing_keys), list(result.unexpected_keys)

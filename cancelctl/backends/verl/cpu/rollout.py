@@ -8,14 +8,18 @@
   (`workers/rollout/llm_server.py:150`). It batches concurrent requests (generator.py), returns a
   `TokenOutput` with one log-prob per token, and takes the trainer's weights (`update_weights`),
   counting versions: the initial sync (`on_init_end`) makes version 1, the sync after step k
-  version k + 1. Each sync prints a line and, when CANCELCTL_HF_CPU_WEIGHT_LOG names a file,
+  version k + 1. It generates in verl's `rollout.dtype` (cancelctl renders the spec's
+  `rollout.precision` into it; verl's default is bfloat16): the model is loaded in that dtype and
+  every sync's weights are cast to it, so a bf16 rollout against an fp32 trainer has the
+  train–inference mismatch vLLM has on a GPU ([H] §2: ρ = π_train / π_infer ≠ 1). Each sync prints a line and, when CANCELCTL_HF_CPU_WEIGHT_LOG names a file,
   appends a JSON line `{"server", "version", "global_steps", "tensors", "missing", "unexpected"}`.
 - `HFCpuServerAdapter` (worker side, inside each hybrid `ActorRolloutRefWorker`): the `BaseRollout`
   that verl's `get_rollout_class(name, "async")` builds (`engine_workers.py:667`). verl offers no
   register function for that table: `register_worker_adapter` inserts the key into the module-level
   dict `_ROLLOUT_REGISTRY` (`workers/rollout/base.py:89`) — the one insertion here that is not an
   API call. On `update_weights` every rank drains verl's parameter generator (FSDP gathers), and
-  rank 0 of the replica ships the tensors to its server through Ray's object store.
+  rank 0 of the replica casts the tensors to the rollout dtype (FSDP's masters are fp32: a bf16
+  rollout ships half the bytes) and ships them to its server through Ray's object store.
 
 Sleep / wake-up / KV-cache calls are no-ops: the model is small and lives in the server's memory.
 Not supported (not needed by GRPO-style single-turn agent loops): an HTTP/OpenAI endpoint
@@ -56,12 +60,21 @@ def server_name(replica_rank: int, suffix: str = "") -> str:
     return f"{ROLLOUT_NAME}_server_{replica_rank}{suffix}"
 
 
-def load_model(model_path: str, trust_remote_code: bool = False):
+def rollout_dtype(name: str | torch.dtype) -> torch.dtype:
+    """verl's `rollout.dtype` ("bfloat16", "bf16", "float32", "fp32", ...) as a torch dtype."""
+    if isinstance(name, torch.dtype):
+        return name
+    from verl.utils.torch_dtypes import PrecisionType
+
+    return PrecisionType.to_dtype(name)
+
+
+def load_model(model_path: str, trust_remote_code: bool = False, dtype: str | torch.dtype = torch.float32):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(
         model_path,
-        dtype=torch.float32,
+        dtype=rollout_dtype(dtype),
         attn_implementation="sdpa",
         trust_remote_code=trust_remote_code,
     )
@@ -94,10 +107,11 @@ class HFCpuRolloutServer:
     """The rollout server actor (module docstring); async methods, so Ray runs it on an event loop."""
 
     def __init__(self, name: str, model_path: str, *, response_length: int, seed: int = 0, trust_remote_code=False,
-                 batch_window_s: float = 0.005, max_batch_size: int = 256):  # fmt: skip
+                 dtype: str | torch.dtype = torch.float32, batch_window_s: float = 0.005, max_batch_size: int = 256):  # fmt: skip
         self.name = name
         self.response_length = response_length
-        model = load_model(model_path, trust_remote_code)
+        self.dtype = rollout_dtype(dtype)
+        model = load_model(model_path, trust_remote_code, self.dtype)
         self.eos_token_ids = stop_token_ids(model, model_path)
         pad = model.config.pad_token_id
         self.engine = BatchingGenerator(
@@ -154,6 +168,7 @@ class HFCpuRolloutServer:
             "batches": self.engine.batches,
             "requests": self.engine.requests,
             "generate_s": round(self.generate_seconds, 3),
+            "dtype": str(self.dtype).removeprefix("torch."),
         }
         print(f"{ROLLOUT_NAME} rollout weights: {json.dumps(record)}", flush=True)
         if os.environ.get(WEIGHT_LOG_ENV):
@@ -217,6 +232,7 @@ class HFCpuReplica(RolloutReplica):
                 response_length=self.config.response_length,
                 seed=self.config.seed + self.replica_rank,
                 trust_remote_code=model_config.get("trust_remote_code", False),
+                dtype=self.config.dtype,
             )
         )
         await actor.get_version.remote()  # the model is loaded: failures surface here
@@ -234,6 +250,7 @@ class HFCpuServerAdapter(BaseRollout):
         world *= self.config.pipeline_model_parallel_size
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         self.replica_rank, self.leader = rank // world, rank % world == 0
+        self.dtype = rollout_dtype(self.config.dtype)
         self._server = None
 
     async def resume(self, tags: list[str]):
@@ -253,7 +270,8 @@ class HFCpuServerAdapter(BaseRollout):
             if hasattr(tensor, "full_tensor"):
                 tensor = tensor.full_tensor()
             if self.leader:
-                state[name] = tensor.detach().to("cpu", copy=True)
+                dtype = self.dtype if tensor.is_floating_point() else tensor.dtype
+                state[name] = tensor.detach().to("cpu", dtype=dtype, copy=True)
         if not self.leader:
             return
         if self._server is None:
