@@ -181,6 +181,18 @@ def token_flips(
     }
 
 
+def boost_share(
+    old_log_prob: torch.Tensor, new_log_prob: torch.Tensor, response_mask: torch.Tensor, role_mask: torch.Tensor
+) -> float:
+    """Share of one update's probability boost that falls on the tokens of `role_mask` [C §3.2]: the
+    boost is Σ max(log π_new − log π_old, 0) over the response tokens (the positive part of Δ log π on
+    the sampled tokens), the share its part on role tokens ("formatting and template tokens dominate
+    the boosted directions" under the positive-only update). 0 when no token rose."""
+    rise = (new_log_prob.detach() - old_log_prob.detach()).to(torch.float64).clamp(min=0) * response_mask
+    total, on_role = torch.stack([rise.sum(), (rise * role_mask).sum()]).tolist()
+    return on_role / total if total > 0 else 0.0
+
+
 def dfpo_weight_dispersion(weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor) -> float:
     """`dfpo/weight_dispersion` for 1-D per-row weights actually used."""
     return float(weight_dispersion(weights, advantages, group_ids))

@@ -4,6 +4,7 @@ the function of `cancelctl.stats` named after its equation gives."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from report_frames import report_for, synthetic_sweep
 
@@ -76,6 +77,21 @@ def test_jitter2_and_mechanisms(report):
     assert energy.loc[("rollout.G=4", "gspo")] == pytest.approx(0.3)
     growth = mech.xs("mismatch/rho_std", level="key")["mean"]
     assert growth.to_numpy() == pytest.approx(0.001, abs=2e-4)
+
+
+def test_the_template_boost_share_is_a_mechanism_row_where_logged_and_unnamed_where_not(report, tmp_path):
+    """`cancel/boost_template` [C §3.2] is the lab's (only it knows its template tokens): a row where a
+    backend logs it, no "not logged" note where none does."""
+    assert "cancel/boost_template" not in set(report.table("mechanisms").data["key"])
+    assert not any("boost_template" in note for note in report.table("mechanisms").notes)
+    runs, metrics = synthetic_sweep()
+    energy = metrics[metrics["key"] == "cancel/energy_b3"]
+    boost = energy.assign(key="cancel/boost_template", value=energy["run_id"].str.startswith("grpo") * 0.5 + 0.1)
+    mech = report_for(tmp_path, runs, pd.concat([metrics, boost]), plots=False).table("mechanisms")
+    shares = mech.data.set_index(["group", "arm", "key"]).xs("cancel/boost_template", level="key")["mean"]
+    assert shares.loc[("rollout.G=4", "grpo")] == pytest.approx(0.6)
+    assert shares.loc[("rollout.G=8", "gspo")] == pytest.approx(0.1)
+    assert "template share of boost (mean)" in mech.display.columns
 
 
 def test_not_reached_is_text_not_a_number(tmp_path):

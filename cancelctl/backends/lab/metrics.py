@@ -4,6 +4,9 @@
   with θ the unembedding: the lab feeds exact per-token energies ‖g_t‖²‖h_t‖² (g_t = ∂loss/∂z_t from
   autograd), the output-layer quantity of [C eq. 6-7], computed, not estimated.
 - `token_flips`: [C App. C] over one step's update (both log-probs from fp32 trainer forwards).
+- `template_boost`: [C §3.2] the share of one step's probability boost (the positive part of
+  Δ log π on the step's sampled tokens, from the same two forwards) that falls on the template
+  "the answer is", the tokens every response shares by construction (`task.TEMPLATE`).
 - `logodds`: [D App. A.3] log π(y_a|x) − log π(y_b|x) for two equivalent correct answers.
 - `mismatch`: π_train vs π_infer of one step [H]; `mean_over_passes`: a step's per-update metrics.
 """
@@ -15,13 +18,14 @@ import torch
 import losses
 from cancelctl.backends.lab.policy import TinyCausalLM, response_forward
 from cancelctl.backends.lab.rollout import prompt_block
-from cancelctl.backends.lab.task import PAD_ID, ArithmeticTask, Problem
-from losses.metrics import bucket_energy, frequency_buckets, token_flips
+from cancelctl.backends.lab.task import PAD_ID, STOI, TEMPLATE, ArithmeticTask, Problem
+from losses.metrics import boost_share, bucket_energy, frequency_buckets, token_flips
 
-__all__ = ["N_BUCKETS", "STEP_KEYS", "LogOddsProbe", "bucket_energy", "eval_key", "frequency_buckets", "mean_over_passes",
-           "mismatch", "token_flips"]
+__all__ = ["N_BUCKETS", "STEP_KEYS", "TEMPLATE_BOOST_KEY", "LogOddsProbe", "bucket_energy", "eval_key",
+           "frequency_buckets", "mean_over_passes", "mismatch", "template_boost", "template_mask", "token_flips"]
 
 N_BUCKETS = 4
+TEMPLATE_BOOST_KEY = "cancel/boost_template"  # [C §3.2]: the template's share of the step's boost
 
 # Logged at every training step (SPEC "Per-step metrics", verl's names); eval adds `eval_key(k)`.
 STEP_KEYS = (
@@ -43,6 +47,7 @@ STEP_KEYS = (
     *(f"cancel/energy_b{k}" for k in range(N_BUCKETS)),
     "cancel/flip_pos",
     "cancel/flip_neg",
+    TEMPLATE_BOOST_KEY,
     "compute/gen_tokens",
     "compute/gen_tokens_cum",
     "compute/update_steps_cum",
@@ -79,6 +84,25 @@ class LogOddsProbe:
         """[n] log π(digits | x) − log π(words | x), sequence log-probs at temperature 1."""
         seq = (response_forward(model, self.ids, self.valid, self.prompt_len).log_prob * self.mask).sum(-1)
         return seq[: self.n] - seq[self.n :]
+
+
+def template_mask(responses: torch.Tensor) -> torch.Tensor:
+    """[N, T] float: 1 on a response's template tokens — "the answer is" at its first three
+    positions, where every well-formed response has them — else 0 (a response that does not open
+    with a template word has none there)."""
+    mask = torch.zeros(responses.shape, dtype=torch.float32)
+    width = min(len(TEMPLATE), responses.shape[1])
+    template = torch.tensor([STOI[t] for t in TEMPLATE[:width]])
+    mask[:, :width] = (responses[:, :width] == template).float()
+    return mask
+
+
+def template_boost(
+    responses: torch.Tensor, old_log_prob: torch.Tensor, new_log_prob: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """`cancel/boost_template`: the template tokens' share of the step's probability boost [C §3.2]."""
+    share = boost_share(old_log_prob, new_log_prob, response_mask, template_mask(responses))
+    return {TEMPLATE_BOOST_KEY: share}
 
 
 PASS_KEYS = ("actor/pg_loss", "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl", "actor/grad_norm",

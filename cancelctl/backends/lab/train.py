@@ -34,6 +34,7 @@ from cancelctl.backends.lab.metrics import (
     frequency_buckets,
     mean_over_passes,
     mismatch,
+    template_boost,
     token_flips,
 )
 from cancelctl.backends.lab.objective import build_loss, loss_config, needs_groups, row_weights
@@ -256,6 +257,7 @@ class LabRun:
         buckets = frequency_buckets(batch.responses, mask, len(VOCAB))
         metrics.update(bucket_energy(record.energy, buckets, mask))
         metrics.update(token_flips(old_log_prob, new_log_prob, adv, mask))
+        metrics.update(template_boost(batch.responses, old_log_prob, new_log_prob, mask))  # [C §3.2]
         metrics["lab/logodds_drift"] = float((self.probe.logodds(self.model) - self.logodds_start).abs().mean())
         metrics["compute/gen_tokens_cum"] = float(self.progress.gen_tokens_cum)
         metrics["compute/update_steps_cum"] = float(self.progress.update_steps_cum)

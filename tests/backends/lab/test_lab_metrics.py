@@ -1,7 +1,16 @@
+import pytest
 import torch
 
-from cancelctl.backends.lab.metrics import bucket_energy, frequency_buckets, token_flips
+from cancelctl.backends.lab.metrics import (
+    TEMPLATE_BOOST_KEY,
+    bucket_energy,
+    frequency_buckets,
+    template_boost,
+    template_mask,
+    token_flips,
+)
 from cancelctl.backends.lab.policy import PolicyConfig, TinyCausalLM, response_forward
+from cancelctl.backends.lab.task import EOS_ID, PAD_ID, STOI, TEMPLATE, VOCAB, ArithmeticTask, Problem
 
 
 def test_frequency_buckets_rank_types_by_count():
@@ -55,3 +64,69 @@ def test_token_flips_count_moves_against_the_row_sign():
     assert flips["cancel/flip_pos"] == 2 / 4
     assert flips["cancel/flip_neg"] == 2 / 3
     assert token_flips(old, new, torch.zeros(3), mask) == {"cancel/flip_pos": 0.0, "cancel/flip_neg": 0.0}
+
+
+# ---------------------------------------------------------------------- [C §3.2] template boost
+
+
+def answer_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Three responses in three surface forms (right-padded), and their response mask."""
+    task, p = ArithmeticTask(9, seed=0), Problem(3, 4, 0)
+    rows = [task.answer_ids(p, 7, "digits"), task.answer_ids(p, 7, "words"), task.answer_ids(p, 7, "equation")]
+    T = max(map(len, rows))
+    responses = torch.tensor([r + [PAD_ID] * (T - len(r)) for r in rows])
+    return responses, (responses != PAD_ID).float()
+
+
+def test_template_mask_marks_the_shared_template_and_nothing_else():
+    responses, mask = answer_batch()
+    template = template_mask(responses)
+    assert template[:, : len(TEMPLATE)].eq(1).all() and template[:, len(TEMPLATE) :].eq(0).all()
+    assert (responses[template.bool()] != EOS_ID).all()
+    broken = responses.clone()
+    broken[0, 1] = STOI["7"]  # "the 7 is ...": only the tokens in their template place count
+    assert template_mask(broken)[0].tolist()[:3] == [1.0, 0.0, 1.0]
+
+
+class PositionPolicy(torch.nn.Module):
+    """π(y_t) = softmax(W[t]): one free logit vector per response position, so an update of the
+    positions it is asked to raise leaves every other position's log-probs exactly unchanged."""
+
+    def __init__(self, T: int) -> None:
+        super().__init__()
+        self.logits = torch.nn.Parameter(torch.randn(T, len(VOCAB), generator=torch.Generator().manual_seed(0)))
+
+    def log_prob(self, responses: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(self.logits, dim=-1).expand(len(responses), -1, -1)
+        return logp.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+
+
+def boost_after_raising(raise_template: bool, raise_reasoning: bool) -> float:
+    """One SGD step of gradient ascent on the log-probs of the chosen tokens; the template's share
+    of the resulting boost on the batch's own tokens (log π after the step minus before)."""
+    responses, mask = answer_batch()
+    policy = PositionPolicy(responses.shape[1])
+    template = template_mask(responses)
+    chosen = mask * (raise_template * template + raise_reasoning * (1 - template))
+    old = policy.log_prob(responses).detach() * mask
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.5)
+    (-(policy.log_prob(responses) * chosen).sum()).backward()
+    optimizer.step()
+    new = policy.log_prob(responses).detach() * mask
+    return template_boost(responses, old, new, mask)[TEMPLATE_BOOST_KEY]
+
+
+def test_template_boost_is_one_when_an_update_raises_only_template_tokens_and_zero_for_reasoning_tokens():
+    assert boost_after_raising(raise_template=True, raise_reasoning=False) == 1.0
+    assert boost_after_raising(raise_template=False, raise_reasoning=True) == 0.0
+    assert 0.0 < boost_after_raising(raise_template=True, raise_reasoning=True) < 1.0
+
+
+def test_template_boost_counts_only_rises_on_real_tokens():
+    responses, mask = answer_batch()
+    old = torch.zeros(responses.shape)
+    new = torch.zeros(responses.shape)
+    new[0, 0], new[0, 3], new[1, 4] = 0.3, 0.1, -5.0  # a template rise, a reasoning rise, a fall
+    new[2, -1] = 9.0 if mask[2, -1] == 0 else 0.0  # padding never counts
+    assert template_boost(responses, old, new, mask)[TEMPLATE_BOOST_KEY] == pytest.approx(0.75)
+    assert template_boost(responses, old, old, mask) == {TEMPLATE_BOOST_KEY: 0.0}  # nothing rose
