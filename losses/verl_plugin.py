@@ -13,11 +13,14 @@ group ids (and the rollout engine's log-probs, for the mismatch metrics) from th
 
 Partial groups: whole groups per micro-batch, else a clear error — not a whole-mini-batch pre-pass.
 s̃ per micro-batch is exact when each micro-batch holds whole groups, because the optimizer steps
-only after all micro-batches of a mini-batch (notes §2); verl keeps groups whole with micro-batch rows
-a multiple of G, or `force_group_size=G` under dynamic batching (the V1 trainer of this project
-sets it). A pre-pass would need a second patch of verl (`BaseEngine.train_batch`), one extra forward
-per mini-batch, and is valid for `stop_grad=True` only (not the stop_grad=False ablation). The check
-drops V1's zero-token padding rows first (uid `pad<hex>`, all-zero response mask).
+only after all micro-batches of a mini-batch (notes §2). verl's own V1 trainer scatters a group's rows
+over mini-batches and ranks; cancelctl's (`trainer.v1.trainer_mode=cancelctl` with
+`+trainer.v1.cancelctl.batching=query_preserved`, `actor.shuffle=False`) keeps them whole, and with
+micro-batch rows a multiple of G (or `force_group_size=G`, which it sets under dynamic batching) so
+does every micro-batch. The error names every one of those settings (`whole_group_fix`). A pre-pass
+would need a second patch of verl (`BaseEngine.train_batch`), one extra forward per mini-batch, and
+is valid for `stop_grad=True` only (not the stop_grad=False ablation). The check drops V1's
+zero-token padding rows first (uid `pad<hex>`, all-zero response mask).
 
 Loud failures: a plugin that fails to import is logged by verl only at DEBUG, so the job calls
 `assert_active()` before launching verl (cancelctl/backends/verl/entry.py), and a `cancel_*` loss
@@ -80,10 +83,13 @@ MONITOR_P_LOW = 0.1  # π_low of the hacking/J monitor [H eq. 23]
 # verl modules that bind `ppo_loss` by name (notes/verl-inside.md §1): patched when already imported;
 # imported later, they bind the wrapper from verl.workers.utils.losses.
 PPO_LOSS_HOME = "verl.workers.utils.losses"
-SPLIT_GROUPS_FIX = (
-    "set actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu to a multiple of G (rows per micro-batch) and "
-    "actor.shuffle=False; with actor.use_dynamic_bsz=True the update batch needs force_group_size=G "
-    "(the cancelctl V1 trainer sets it)"
+# What keeps every group whole in verl's micro-batches, as Hydra overrides (cancelctl's V1 trainer is
+# registered as trainer mode "cancelctl" by the `cancelctl_trainer` entry point; render writes the same,
+# cancelctl/backends/verl/layout.py, a test keeps the names in step).
+WHOLE_GROUP_OVERRIDES = (
+    "trainer.v1.trainer_mode=cancelctl",
+    "+trainer.v1.cancelctl.batching=query_preserved",
+    "actor_rollout_ref.actor.shuffle=False",
 )
 
 _noise_generators: dict[tuple[int, int], DeviceGenerators] = {}
@@ -231,6 +237,22 @@ def configured_loss(loss_fn: LossFn, config) -> LossFn:
     return wrap_loss(loss_fn, options, generator)
 
 
+def whole_group_fix(config, group_size: int | None) -> str:
+    """Every setting a whole-group layout needs, as overrides to paste onto verl's command line: cancelctl's
+    V1 trainer orders each update batch so that every mini-batch, rank share and micro-batch holds whole
+    groups (verl's own trainer scatters a group's rows, whatever the micro-batch size)."""
+    G = f"G={group_size}" if group_size else "G"
+    micro = getattr(config, "ppo_micro_batch_size_per_gpu", None)
+    if getattr(config, "use_dynamic_bsz", False) or not isinstance(micro, int):
+        micro_line = (f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu >= {G} x (prompt + response) tokens "
+                      "(under use_dynamic_bsz that trainer keeps a group's rows in one micro-batch)")
+    else:
+        whole = group_size * -(-micro // group_size) if group_size else "<a multiple of G>"
+        micro_line = f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={whole} (rows, a multiple of {G})"
+    return (f"run verl with {' '.join(WHOLE_GROUP_OVERRIDES)} and {micro_line}; with several data-parallel ranks, "
+            "actor_rollout_ref.actor.ppo_mini_batch_size (prompts) a multiple of their number")
+
+
 def micro_batch_group_ids(name: str, micro_batch: MicroBatch, response_mask: torch.Tensor, config) -> torch.Tensor:
     """Row group ids of verl's micro-batch, refusing a partial group with the fix (zero-token rows ignored)."""
     from losses.dfpo import expected_group_size
@@ -244,7 +266,7 @@ def micro_batch_group_ids(name: str, micro_batch: MicroBatch, response_mask: tor
         size,
         what=f"{PREFIX}{name} in verl's ppo_loss (a micro-batch split a group)",
         rows=response_mask.bool().any(-1),
-        fix=SPLIT_GROUPS_FIX,
+        fix=whole_group_fix(config, size),
         size_from=size_from,
         labels=micro_batch.labels,
     )

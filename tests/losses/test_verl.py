@@ -174,6 +174,22 @@ def test_plugin_wraps_ppo_loss_and_assert_active_says_so(verl_core, monkeypatch)
         verl_plugin.assert_active()
 
 
+def test_the_split_group_fix_names_the_overrides_render_writes_for_dfpo(verl_core):
+    """`whole_group_fix` names cancelctl's trainer, its query_preserved order and actor.shuffle off as
+    render writes them for a dfpo run (the golden command), and a micro-batch of whole groups."""
+    from project_paths import ROOT
+
+    from losses.verl_plugin import WHOLE_GROUP_OVERRIDES, whole_group_fix
+
+    golden = (ROOT / "tests/backends/verl/golden/group-size__dfpo-min-replace-G=8-s0.txt").read_text().lower()
+    assert all(override.lower() in golden.splitlines() for override in WHOLE_GROUP_OVERRIDES)
+    fixed = whole_group_fix(actor_config({}, ppo_micro_batch_size_per_gpu=6), 4)
+    assert fixed.startswith("run verl with " + " ".join(WHOLE_GROUP_OVERRIDES))
+    assert "ppo_micro_batch_size_per_gpu=8 (rows, a multiple of G=4)" in fixed
+    dynamic = whole_group_fix(actor_config({}, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=64), 4)
+    assert "ppo_max_token_len_per_gpu >= G=4 x (prompt + response)" in dynamic and "micro_batch_size" not in dynamic
+
+
 def test_plugin_applies_the_wrappers_set_in_policy_loss(verl_core):
     from losses.verl_plugin import _noise_generators
 

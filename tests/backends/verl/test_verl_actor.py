@@ -156,11 +156,15 @@ def test_dfpo_updates_the_model_through_verl(verl_run, name):
 
 
 def test_split_groups_are_refused_with_the_fix(verl_run):
+    """The error names every setting a whole-group layout needs, as overrides to paste."""
     results, _ = verl_run
-    for name in ("dfpo_split_fixed", "dfpo_split_dynamic"):
+    layout = "trainer.v1.trainer_mode=cancelctl +trainer.v1.cancelctl.batching=query_preserved actor_rollout_ref.actor.shuffle=False"
+    micro = {"dfpo_split_fixed": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 (rows, a multiple of G=4)",
+             "dfpo_split_dynamic": "actor_rollout_ref.actor.ppo_max_token_len_per_gpu >= G=4 x (prompt + response) tokens"}
+    for name, micro_fix in micro.items():
         error = results[name].get("error", "")
         assert "a micro-batch split a group" in error, (name, results[name])
-        assert "ppo_micro_batch_size_per_gpu to a multiple of G" in error and "force_group_size=G" in error
+        assert layout in error and micro_fix in error, error
 
 
 def test_v1_padding_rows_do_not_break_the_group_check(verl_run):

@@ -3,6 +3,8 @@
 cancelctl renders these for a spec with `cluster.device: cpu`; README's verl section lists the same
 command (`cpu_command()`). Plain data: importing this module imports neither verl nor Hydra.
 Sources (verl 0.9.1 file:line) are in ../shared/notes/verl-e2e-cpu.md; one line of why per item here.
+The process-group workaround for verl's `utils/distributed.py:89` needs no override: the `cpu` platform
+makes the group itself (cpu/platform.py).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import yaml
 
 from cancelctl.backends.verl.cpu import PLATFORM_NAME, ROLLOUT_NAME
 
-PROCESS_GROUP_MODULE = "cancelctl.backends.verl.cpu.process_group"
 # V1's replay buffer sleeps this long between polls (verl's default 2.0 s; read by cancelctl's trainer)
 POLL_INTERVAL_S = 0.05
 
@@ -36,7 +37,6 @@ CPU_OVERRIDES: tuple[str, ...] = (
     "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # default flash_attention_2
     "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
     "actor_rollout_ref.model.enable_gradient_checkpointing=False",
-    f"actor_rollout_ref.model.external_lib={PROCESS_GROUP_MODULE}",  # utils/distributed.py:89 workaround
     f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",  # default 2; the hf_cpu replica is one process
     "actor_rollout_ref.rollout.agent.num_workers=1",

@@ -9,6 +9,17 @@ False, so auto-detection on a GPU host never picks it). Imported by the `verl.pl
 
 The FSDP LM engine is registered for cuda/npu only (`transformer_impl.py:1143`): a CPU run sets
 VERL_ENGINE_DEVICE=cuda (`workers/engine/base.py:405`) to pick it (cpu/overrides.py).
+
+The process group: verl's `initialize_global_process_group_ray` (`utils/distributed.py:89`, called
+by every TrainingWorker) builds the backend `f"cpu:gloo,{device}:{backend}"` = "cpu:gloo,cpu:gloo",
+which torch refuses ("Duplicate device type cpu"), and skips `init_process_group` when a group
+exists (`:90`). Evaluating that string calls `communication_backend_name()` (`get_nccl_backend`,
+`utils/device.py:129`) in the worker, with verl's RANK/WORLD_SIZE/MASTER_* set, just before the
+init: there this platform makes the gloo group itself (cpu/process_group.py), so a plain main_ppo
+command needs no `model.external_lib`. verl 0.9.1 calls `get_nccl_backend` nowhere else than before
+an `init_process_group` (`utils/distributed.py:63, :89`, `model_merger/megatron_model_merger.py:155`);
+only a Ray worker's call (Ray connected, the rendezvous variables set) makes the group, so a
+torchrun process meets verl's own error as before.
 """
 
 from __future__ import annotations
@@ -22,6 +33,13 @@ from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry
 
 from cancelctl.backends.verl.cpu import PLATFORM_NAME
+from cancelctl.backends.verl.cpu.process_group import init_gloo_process_group
+
+
+def _in_ray_worker() -> bool:
+    import ray  # imported by verl already
+
+    return ray.is_initialized()
 
 
 def _noop(*_args, **_kwargs):
@@ -122,6 +140,9 @@ class PlatformCPU(PlatformBase):
         return None, None
 
     def communication_backend_name(self) -> str:
+        # the hook just before verl's init_process_group (module docstring)
+        if _in_ray_worker():
+            init_gloo_process_group()
         return "gloo"
 
     def visible_devices_envvar(self) -> str:

@@ -1,20 +1,20 @@
-"""Workaround for verl 0.9.1 `utils/distributed.py:89` on the `cpu` platform: create the process group first.
+"""The gloo process group of a verl worker on the `cpu` platform, made before verl's own init.
 
 `TrainingWorker.__init__` (`workers/engine_workers.py:89`) calls `initialize_global_process_group_ray()`,
 whose backend string is `f"cpu:gloo,{device}:{backend}"` = `"cpu:gloo,cpu:gloo"` on CPU, which torch
 rejects (`ValueError: Duplicate device type cpu`). That function skips initialisation when a group
-already exists (`distributed.py:90`), so this module creates a plain gloo group first.
+already exists (`distributed.py:90`), so `init_gloo_process_group` creates a plain gloo group first.
 
-Loaded through `actor_rollout_ref.model.external_lib=cancelctl.backends.verl.cpu.process_group`
-(cpu/overrides.py), an official hook: `HFModelConfig.__post_init__` imports it
-(`workers/config/model.py:149`) inside `init_model` (`engine_workers.py:541`), after verl's
-`Worker` has set RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT and before the TrainingWorker (`:644`).
-Why not from the `verl.plugins` entry point: the plugin runs at `import verl`, before a Ray worker
-knows its rendezvous address (rank 0 picks MASTER_PORT at run time), and it would block every
-importing process on a rendezvous. The hook is also where the model config — and so the run — asks
-for it: GPU runs never import this module. Elsewhere (driver, TaskRunner, where HFModelConfig is
-built without those variables) importing it does nothing. The upstream fix is one line: drop the
-second pair of the backend string when the device is `cpu`.
+Called by the `cpu` platform's `communication_backend_name()` (cpu/platform.py), which verl calls while
+building that string: in the worker, after verl's `Worker` has set RANK/WORLD_SIZE/MASTER_ADDR/
+MASTER_PORT, just before `init_process_group` — so every CPU run gets its group, plain main_ppo
+commands included, with nothing in the run's config. (Until issue 36 it was imported through
+`actor_rollout_ref.model.external_lib`; importing this module now does nothing, so such a config
+still runs.) Why not at `import verl` (the `verl.plugins` entry point): a Ray worker does not know its
+rendezvous address yet (rank 0 picks MASTER_PORT at run time), and it would block every importing
+process on a rendezvous. Without those variables (driver, TaskRunner) `init_gloo_process_group` does
+nothing. The upstream fix is one line: drop the second pair of the backend string when the device is
+`cpu`.
 
 Why rank 0 does not listen on MASTER_PORT: verl picks it by binding port 0 and closing the socket
 (`single_controller/ray/base.py:91`), seconds before the workers bind it — long enough, with other
@@ -87,6 +87,3 @@ def init_gloo_process_group() -> bool:
         dist.init_process_group(backend="gloo", rank=rank, world_size=world_size,
                                 store=rendezvous_store(rank, world_size))
     return True
-
-
-init_gloo_process_group()
