@@ -4,17 +4,22 @@ scheduler, chosen by name in `cancelctl.executors.registry`).
 The launcher, `status` and `cancel` talk to a scheduler only through these methods, in this order:
 
     check_available()                       launch: can this machine use the scheduler at all
-    plan(runs, workdir) -> plan             launch and dry run: per-run settings, checked before any I/O
+    plan(runs, workdir) -> PlanT            launch and dry run: per-run settings, checked before any I/O
     test_submission(paths, plan)            launch, under the submit lock: the scheduler's own dry check
     dry_run(paths, runs, plan)              what would be submitted (ArrayPlans for batch schedulers)
     submit(paths, runs, plan, lock_fd)      launch, under the submit lock: hand runs over (or queue them)
     start(paths, runs, wait, tick)          launch, after the lock: drive queued runs (in-process drivers)
     reconcile(paths, intents, wait)         resolve intents a killed launcher left
-    task_states(paths, submissions) -> tasks status: ONE scheduler query for the whole sweep
+    task_states(paths, submissions) -> TasksT  status: ONE scheduler query for the whole sweep
     unreachable(tasks) -> note | None       status: the scheduler did not answer (states are the last known)
-    classify(state, ...)                    status: a started submission's run state from `tasks`
+    classify(state, ...) -> RunState        status: a started submission's run state from `tasks` (a new one)
     cancel(paths, active, signalled)        cancel: stop these runs; returns the job ids it stopped
     log_path(paths, sub, index)             the scheduler's stderr log of a run
+
+An executor is typed by what its plan and its scheduler's answer are (`Executor[PlanT, TasksT]`, as
+submitit's executors are by their job type): SLURM plans a `JobShape` per run and answers with
+`TaskStates`; a driven executor (local, debug) plans nothing (`None`) and asks no scheduler
+(`NoTasks`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from cancelctl.errors import CancelctlError
 from cancelctl.manifest import Manifest, RunEntry, Submission
@@ -36,6 +41,10 @@ if TYPE_CHECKING:
 # Called by a driver after each step with whether it still drives: the launcher turns it into the
 # progress bar's states (executors never compute sweep states themselves).
 Tick = Callable[[bool], None]
+
+PlanT = TypeVar("PlanT")  # what `plan` checked per run and `submit` is handed (SLURM: run id -> JobShape)
+TasksT = TypeVar("TasksT")  # the scheduler's answer `task_states` gives and `classify` reads (SLURM: TaskStates)
+NoTasks = dict[str, object]  # the answer of an executor that asks no scheduler: always empty
 
 
 class SchedulerError(CancelctlError, RuntimeError):
@@ -62,7 +71,7 @@ class Submitted:
     arrays: list[ArrayPlan] = field(default_factory=list)
 
 
-class Executor(ABC):
+class Executor(ABC, Generic[PlanT, TasksT]):
     """One scheduler. Stateless: the sweep's state is in the manifest and the run folders."""
 
     name: ClassVar[str]
@@ -76,14 +85,14 @@ class Executor(ABC):
     def check_available(self) -> None:
         """Raise SchedulerError when this machine cannot use the scheduler."""
 
-    def plan(self, runs: Sequence[RunSpec], workdir: Path) -> Any:
+    @abstractmethod
+    def plan(self, runs: Sequence[RunSpec], workdir: Path) -> PlanT:
         """Per-run scheduler settings, checked (SpecError) before anything is written."""
-        return None
 
-    def test_submission(self, paths: SweepPaths, plan: Any) -> None:
+    def test_submission(self, paths: SweepPaths, plan: PlanT) -> None:
         """Ask the scheduler whether it would accept the plan (SpecError if not); nothing queued."""
 
-    def dry_run(self, paths: SweepPaths, runs: Sequence[RunSpec], plan: Any) -> list[ArrayPlan]:
+    def dry_run(self, paths: SweepPaths, runs: Sequence[RunSpec], plan: PlanT) -> list[ArrayPlan]:
         return []
 
     def render_job(self, run: RunSpec, workdir: Path, workload: Callable[[Path], list[str]]) -> str | None:
@@ -93,7 +102,7 @@ class Executor(ABC):
         return None
 
     @abstractmethod
-    def submit(self, paths: SweepPaths, runs: Sequence[RunSpec], plan: Any, lock_fd: int) -> Submitted:
+    def submit(self, paths: SweepPaths, runs: Sequence[RunSpec], plan: PlanT, lock_fd: int) -> Submitted:
         """Hand `runs` to the scheduler, recording intent then job id in the manifest."""
 
     def start(self, paths: SweepPaths, runs: Sequence[RunSpec], *, wait: bool, tick: Tick | None,
@@ -105,23 +114,26 @@ class Executor(ABC):
 
     # -- status --------------------------------------------------------------------------------
 
-    def task_states(self, paths: SweepPaths, submissions: Sequence[Submission]) -> dict[Any, Any]:
-        """The scheduler's view of these submitted submissions (one query), keyed as `classify` reads it.
-        Where the scheduler does not answer, the last answer it gave stands (never "unknown")."""
-        return {}
+    @abstractmethod
+    def task_states(self, paths: SweepPaths, submissions: Sequence[Submission]) -> TasksT:
+        """The scheduler's view of these submitted submissions (one query; none asked when there are
+        none), as `classify` reads it. Where the scheduler does not answer, the last answer it gave
+        stands (never "unknown")."""
 
-    def unreachable(self, tasks: dict[Any, Any]) -> str | None:
+    def unreachable(self, tasks: TasksT) -> str | None:
         """One line naming what did not answer and since when, when `tasks` are not a fresh answer."""
         return None
 
-    def requeued(self, sub: Submission, index: int, tasks: dict[Any, Any]) -> bool:
+    def requeued(self, sub: Submission, index: int, tasks: TasksT) -> bool:
         """A run that wrote its result but is queued or running again (requeue, preemption)."""
         return False
 
     @abstractmethod
     def classify(self, state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission, index: int,
-                 tasks: dict[Any, Any], now: float) -> None:
-        """Set `state.state`/`state.reason` of a run whose latest submission reached the scheduler."""
+                 tasks: TasksT, now: float) -> RunState:
+        """The state of a run whose latest submission reached the scheduler: `state` (what the run
+        folder says) with its state word and reason — and, where the scheduler ended it on a cancel
+        request, `cancel_requested` — as `tasks` and the run folder decide; `state` is not changed."""
 
     def task_job_id(self, sub: Submission, index: int) -> str | None:
         """The scheduler's id of run `index` of a submission."""

@@ -31,7 +31,7 @@ class DebugExecutor(DrivenExecutor):
                 run_id, who = queued[0], me()
                 name = manifest.runs[run_id].name
                 sub = manifest.add_submission(
-                    self.name, [run_id], state=SUBMITTED, job_id=str(who["pid"]), pid_start=who["start"], submitted_at=time.time()
+                    self.name, [run_id], state=SUBMITTED, job_id=str(who.pid), pid_start=who.start, submitted_at=time.time()
                 )
             run_dir = paths.run_dir(run_id, name)
             archive_error(run_dir)

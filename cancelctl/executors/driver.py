@@ -6,7 +6,10 @@ its queue. The launcher drives in process when it waits; otherwise it starts the
 (`python -m <module> WORKDIR SWEEP`) detached, with its output in driver.log.
 
 A run's process state comes from its controller (or the driver itself) and the run's own process
-(job.json), which outlives a controller killed with SIGKILL.
+(job.json), which outlives a controller killed with SIGKILL. Three liveness checks, by what they
+are given: `same_process_alive(pid, start)` (one process for good: pids are reused, start times are
+not), `submission_alive(run_dir, sub)` (a driven submission: its controller or the run's own
+process) and `_pid_running(pid)` (whatever holds a pid now: a stopped process we signalled is gone).
 """
 
 from __future__ import annotations
@@ -18,44 +21,71 @@ import subprocess
 import sys
 import time
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
-from cancelctl.executors.base import Executor, Submitted, Tick, cancelled_by_us
+from cancelctl.executors.base import Executor, NoTasks, Submitted, Tick, cancelled_by_us
 from cancelctl.fileio import read_json
-from cancelctl.jobs.outcome import process_alive, process_start, read_attempts, read_error
+from cancelctl.jobs.outcome import process_start, read_attempts, read_error, same_process_alive
 from cancelctl.manifest import Manifest, ManifestStore, RunEntry, Submission
 from cancelctl.runstate import CANCELLED, FAILED, RUNNING, UNSUBMITTED, RunState
 from cancelctl.workdir import RunFolder, SweepPaths, sweep_paths
+
+if TYPE_CHECKING:
+    from cancelctl.spec.run import RunSpec
 
 log = logging.getLogger("cancelctl.launch")
 
 INTERRUPT_GRACE_S = 10.0  # runs get SIGINT (they close their MLflow run KILLED), then SIGKILL
 
 
-def me() -> dict[str, int]:
+class ProcessId(NamedTuple):
+    """One process for good: its pid and its start time (`process_start`, clock ticks since boot)."""
+
+    pid: int
+    start: int
+
+    @classmethod
+    def of(cls, record: Mapping[str, int] | None) -> ProcessId | None:
+        """From the manifest's `driver` record ({"pid": ..., "start": ...}); None when there is none."""
+        if not record or record.get("pid") is None or record.get("start") is None:
+            return None
+        return cls(int(record["pid"]), int(record["start"]))
+
+    def alive(self) -> bool:
+        return same_process_alive(self.pid, self.start)
+
+
+def me() -> ProcessId:
+    """This process, as the manifest names a sweep's driver."""
     pid = os.getpid()
-    return {"pid": pid, "start": process_start(pid) or 0}
+    return ProcessId(pid, process_start(pid) or 0)
+
+
+def is_driver(manifest: Manifest, who: ProcessId) -> bool:
+    return ProcessId.of(manifest.driver) == who
 
 
 def driver_alive(manifest: Manifest) -> bool:
-    driver = manifest.driver
-    return bool(driver) and process_alive(driver.get("pid"), driver.get("start"))
+    driver = ProcessId.of(manifest.driver)
+    return driver is not None and driver.alive()
 
 
-def claim_driver(store: ManifestStore, who: dict[str, int] | None = None) -> bool:
+def claim_driver(store: ManifestStore, who: ProcessId | None = None) -> bool:
     """Become the sweep's driver unless another live process is."""
     who = who or me()
     with store.update() as manifest:
-        if driver_alive(manifest) and manifest.driver != who:
+        if driver_alive(manifest) and not is_driver(manifest, who):
             return False
-        manifest.driver = who
+        manifest.driver = who._asdict()
     return True
 
 
 def release_driver(store: ManifestStore) -> None:
     with store.update() as manifest:
-        if manifest.driver == me():
+        if is_driver(manifest, me()):
             manifest.driver = None
 
 
@@ -65,18 +95,19 @@ def queued_runs(manifest: Manifest) -> list[str]:
     return [run_id for _, _, run_id in queued]
 
 
-def process_running(run_dir: Path, sub: Submission) -> bool:
+def submission_alive(run_dir: Path, sub: Submission) -> bool:
     """Is the process of a driven submission alive: its controller (or the driver, in process) or
-    the run's own process (which outlives a controller killed with SIGKILL)?"""
+    the run's own process (which outlives a controller killed with SIGKILL)? Each by pid and start."""
     pid = int(sub.job_id) if sub.job_id and sub.job_id.isdigit() else None
-    if process_alive(pid, sub.pid_start):
+    if same_process_alive(pid, sub.pid_start):
         return True
     job = read_json(RunFolder(run_dir).job) or {}
-    return job.get("token") == sub.token and process_alive(job.get("pid"), job.get("start"))
+    return job.get("token") == sub.token and same_process_alive(job.get("pid"), job.get("start"))
 
 
-class DrivenExecutor(Executor):
-    """Submission = queueing in the manifest; a driver process starts the queued runs."""
+class DrivenExecutor(Executor[None, NoTasks]):
+    """Submission = queueing in the manifest; a driver process starts the queued runs. Nothing is
+    planned per run and no scheduler is asked: the manifest and the processes are the state."""
 
     controller_signal = signal.SIGINT  # how a run's controller is stopped once the run is gone
     stops_with_launcher = True  # the launcher (or its detached driver) owns these runs: they end with it
@@ -85,7 +116,10 @@ class DrivenExecutor(Executor):
     def drive_queue(self, paths: SweepPaths, tick: Tick | None, job_ids: list[str]) -> None:
         """Start queued runs until none is queued or running (the caller holds the driver role)."""
 
-    def submit(self, paths: SweepPaths, runs, plan, lock_fd: int) -> Submitted:
+    def plan(self, runs: Sequence[RunSpec], workdir: Path) -> None:
+        return None
+
+    def submit(self, paths: SweepPaths, runs: Sequence[RunSpec], plan: None, lock_fd: int) -> Submitted:
         now = time.time()
         with paths.store.update() as manifest:
             for i, run in enumerate(runs):
@@ -93,7 +127,8 @@ class DrivenExecutor(Executor):
                 entry.queued_at, entry.cancelled_at = now + i * 1e-6, None  # keeps sweep order
         return Submitted(submitted=[run.run_id for run in runs])
 
-    def start(self, paths: SweepPaths, runs, *, wait: bool, tick: Tick | None, job_ids: list[str]) -> None:
+    def start(self, paths: SweepPaths, runs: Sequence[RunSpec], *, wait: bool, tick: Tick | None,
+              job_ids: list[str]) -> None:
         if not runs:
             return
         if wait and claim_driver(paths.store):
@@ -119,33 +154,36 @@ class DrivenExecutor(Executor):
         finally:
             log_file.close()
         # Claim on the child's behalf now, so status never shows its queue without a driver.
-        claim_driver(paths.store, {"pid": proc.pid, "start": process_start(proc.pid) or 0})
+        claim_driver(paths.store, ProcessId(proc.pid, process_start(proc.pid) or 0))
         return proc.pid
 
     # -- status --------------------------------------------------------------------------------
 
+    def task_states(self, paths: SweepPaths, submissions: Sequence[Submission]) -> NoTasks:
+        return {}
+
     def classify(self, state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission, index: int,
-                 tasks, now: float) -> None:
+                 tasks: NoTasks, now: float) -> RunState:
         error = read_error(state.run_dir)  # written as the run ends: its process may still be exiting
-        if error is None and process_running(state.run_dir, sub):
-            state.state = RUNNING
-            return
+        if error is None and submission_alive(state.run_dir, sub):
+            return replace(state, state=RUNNING)
         started = any(a.get("event") == "start" and a.get("token") == sub.token for a in read_attempts(state.run_dir))
         if error is not None and error[0] == "INTERRUPTED":
-            state.state, state.reason = CANCELLED, "interrupted" + (" by cancelctl" if cancelled_by_us(entry, sub) else "")
-        elif error is not None:
-            state.state, state.reason = FAILED, error[1]
-        elif not started and cancelled_by_us(entry, sub):  # stopped while it started: what cancel promised
-            state.state, state.reason = CANCELLED, "cancelled before it started (cancelctl cancel, or an interrupted launch)"
-        elif not started:
-            state.state, state.reason = UNSUBMITTED, "its process ended before the run started"
-        elif cancelled_by_us(entry, sub):  # stopped by cancelctl before it could record it (still starting)
-            state.state = CANCELLED
-            state.reason = "interrupted by cancelctl while it started; a rerun resumes it"
-        else:  # no result, no error: killed from outside (SIGKILL, a closed terminal, the OOM killer)
-            state.state = CANCELLED
-            state.reason = (f"interrupted: process {sub.job_id} was killed (no result, no error); "
-                            f"a rerun resumes it from its checkpoint" + (f"; see {state.log}" if state.log else ""))
+            return replace(state, state=CANCELLED,
+                           reason="interrupted" + (" by cancelctl" if cancelled_by_us(entry, sub) else ""))
+        if error is not None:
+            return replace(state, state=FAILED, reason=error[1])
+        if not started and cancelled_by_us(entry, sub):  # stopped while it started: what cancel promised
+            return replace(state, state=CANCELLED,
+                           reason="cancelled before it started (cancelctl cancel, or an interrupted launch)")
+        if not started:
+            return replace(state, state=UNSUBMITTED, reason="its process ended before the run started")
+        if cancelled_by_us(entry, sub):  # stopped by cancelctl before it could record it (still starting)
+            return replace(state, state=CANCELLED, reason="interrupted by cancelctl while it started; a rerun resumes it")
+        # no result, no error: killed from outside (SIGKILL, a closed terminal, the OOM killer)
+        return replace(state, state=CANCELLED, reason=(
+            f"interrupted: process {sub.job_id} was killed (no result, no error); "
+            f"a rerun resumes it from its checkpoint" + (f"; see {state.log}" if state.log else "")))
 
     # -- cancel --------------------------------------------------------------------------------
 
@@ -164,7 +202,7 @@ class DrivenExecutor(Executor):
         teardown): return only once the stopped processes are gone, so a cancel leaves none behind."""
         pids = sorted({int(job_id) for job_id in job_ids if job_id.isdigit()} - {os.getpid()})
         while True:
-            running = [pid for pid in pids if _running(pid)]
+            running = [pid for pid in pids if _pid_running(pid)]
             if not running:
                 return
             if time.monotonic() >= deadline:
@@ -182,7 +220,7 @@ class DrivenExecutor(Executor):
             return  # SIGINT once: a second one would interrupt the run's own cleanup
         controller = int(state.job_id) if state.job_id.isdigit() else None
         job = read_json(RunFolder(state.run_dir).job) or {}
-        task = job.get("pid") if process_alive(job.get("pid"), job.get("start")) else None
+        task = job.get("pid") if same_process_alive(job.get("pid"), job.get("start")) else None
         targets: list[tuple[int, int]] = []
         if task is not None:
             targets.append((task, signal.SIGKILL if hard else signal.SIGINT))
@@ -197,8 +235,9 @@ class DrivenExecutor(Executor):
                 pass
 
 
-def _running(pid: int) -> bool:
-    """The process exists and is not a zombie (a zombie has exited; only its parent's wait is due)."""
+def _pid_running(pid: int) -> bool:
+    """Some process holds `pid` and is not a zombie (a zombie has exited; only its parent's wait is
+    due) — whichever process that is: for pids this process signalled a moment ago."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:

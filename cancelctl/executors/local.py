@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from cancelctl.executors.base import Tick
-from cancelctl.executors.driver import DrivenExecutor, driver_alive, main, me, process_running, queued_runs
+from cancelctl.executors.driver import DrivenExecutor, driver_alive, is_driver, main, me, queued_runs, submission_alive
 from cancelctl.fileio import read_json
 from cancelctl.jobs.entry import LOCAL_PROCESS_ENTRY
 from cancelctl.jobs.outcome import archive_error, process_start
@@ -76,10 +76,10 @@ class LocalExecutor(DrivenExecutor):
                     del own[token]
             starting: list[tuple[str, str, str]] = []
             with store.update() as manifest:
-                if manifest.driver != me():
+                if not is_driver(manifest, me()):
                     log.warning("sweep %s: another process took over as driver; stopping", paths.sweep)
                     return
-                active = self._running(paths, manifest)
+                active = self._live_runs(paths, manifest)
                 queued = queued_runs(manifest)
                 for run_id in queued[: max(0, parallel - active)]:
                     sub = manifest.add_submission(self.name, [run_id])
@@ -104,15 +104,16 @@ class LocalExecutor(DrivenExecutor):
                 return
             time.sleep(1.0)
 
-    def _running(self, paths: SweepPaths, manifest: Manifest) -> int:
-        """This executor's runs whose process is alive, whoever started them (a killed driver's runs go on)."""
+    def _live_runs(self, paths: SweepPaths, manifest: Manifest) -> int:
+        """How many of this executor's runs are being submitted or have a live process, whoever started
+        them (a killed driver's runs go on)."""
         count = 0
         for run_id, entry in manifest.runs.items():
             latest = manifest.latest_submission(run_id)
             if latest is None or latest[0].executor != self.name:
                 continue
             sub = latest[0]
-            if sub.state == INTENT or (sub.state == SUBMITTED and process_running(paths.run_dir(run_id, entry.name), sub)):
+            if sub.state == INTENT or (sub.state == SUBMITTED and submission_alive(paths.run_dir(run_id, entry.name), sub)):
                 count += 1
         return count
 

@@ -9,14 +9,14 @@ one module with an `Executor` subclass plus one `register_executor` call.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from cancelctl.spec import executors as catalog
 
 if TYPE_CHECKING:
     from cancelctl.executors.base import Executor
 
-_REGISTRY: dict[str, Union[str, type[Executor]]] = {
+_REGISTRY: dict[str, Union[str, type[Executor[Any, Any]]]] = {
     "local": "cancelctl.executors.local:LocalExecutor",
     "slurm": "cancelctl.executors.slurm:SlurmExecutor",
     "debug": "cancelctl.executors.debug:DebugExecutor",
@@ -24,7 +24,7 @@ _REGISTRY: dict[str, Union[str, type[Executor]]] = {
 DEFAULT_EXECUTOR = catalog.DEFAULT_EXECUTOR
 
 
-def register_executor(name: str, executor: Union[str, type[Executor]]) -> None:
+def register_executor(name: str, executor: Union[str, type[Executor[Any, Any]]]) -> None:
     """Make `name` usable as `--executor NAME` / `executor: NAME` (a class, or 'module:Class')."""
     _REGISTRY[name] = executor
     catalog.add_executor_name(name)
@@ -39,7 +39,7 @@ def executor_names() -> list[str]:
     return list(_REGISTRY)
 
 
-def get_executor(name: str) -> Executor:
+def get_executor(name: str) -> Executor[Any, Any]:
     """The executor registered as `name`; ArgumentError (exit 2) naming the known ones otherwise."""
     target = _REGISTRY[catalog.check_executor_name(name, "executor")]  # the catalog is kept in step
     if isinstance(target, str):

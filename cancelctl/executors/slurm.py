@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cancelctl.errors import SpecError, SpecIssue
 from cancelctl.executors import slurm_commands as slurm
@@ -24,6 +26,9 @@ from cancelctl.jobs.runjob import RunJob
 from cancelctl.manifest import ABANDONED, SUBMIT_FAILED, SUBMITTED, Manifest, RunEntry, Submission
 from cancelctl.runstate import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, RunState
 from cancelctl.workdir import SweepPaths
+
+if TYPE_CHECKING:
+    from cancelctl.spec.run import RunSpec
 
 log = logging.getLogger("cancelctl.launch")
 
@@ -36,9 +41,10 @@ ACCOUNTING_GRACE_S = 120.0
 LAST_KNOWN_STATES = "slurm_states.json"  # in the sweep's folder: what SLURM last said of its tasks
 
 Shapes = dict[str, slurm.JobShape]  # run id -> its array's shape
+TaskStates = slurm_states.TaskStates  # (array id, index) -> what sacct/squeue said of that task
 
 
-class SlurmExecutor(Executor):
+class SlurmExecutor(Executor[Shapes, TaskStates]):
     name = "slurm"
     waits_by_default = False  # a sweep on a cluster outlives the login shell
     poll_s = 5.0
@@ -51,7 +57,7 @@ class SlurmExecutor(Executor):
                 "is (a login node), see what it would submit with --dry-run, or run here with --executor local"
             )
 
-    def plan(self, runs, workdir: Path) -> Shapes:
+    def plan(self, runs: Sequence[RunSpec], workdir: Path) -> Shapes:
         shapes = {run.run_id: slurm.job_shape(run.spec, workdir) for run in runs}
         seen: set[str] = set()
         for run in runs:
@@ -82,7 +88,7 @@ class SlurmExecutor(Executor):
         if issues:
             raise SpecError(issues, title="SLURM refuses the cluster settings (sbatch --test-only): nothing was submitted")
 
-    def dry_run(self, paths: SweepPaths, runs, plan: Shapes) -> list[ArrayPlan]:
+    def dry_run(self, paths: SweepPaths, runs: Sequence[RunSpec], plan: Shapes) -> list[ArrayPlan]:
         arrays = []
         for i, (shape, part) in enumerate(_array_chunks(runs, plan)):
             token = f"dryrun{i}"
@@ -93,13 +99,13 @@ class SlurmExecutor(Executor):
             arrays.append(ArrayPlan([r.run_id for r in part], script, token))
         return arrays
 
-    def render_job(self, run, workdir: Path, workload) -> str:
+    def render_job(self, run: RunSpec, workdir: Path, workload: Callable[[Path], list[str]]) -> str:
         """The run's sbatch script and in-task commands, Ray start-up included (`slurm_render`)."""
         from cancelctl.executors.slurm_render import render_run
 
         return render_run(run, workdir, workload)
 
-    def submit(self, paths: SweepPaths, runs, plan: Shapes, lock_fd: int) -> Submitted:
+    def submit(self, paths: SweepPaths, runs: Sequence[RunSpec], plan: Shapes, lock_fd: int) -> Submitted:
         store, out = paths.store, Submitted()
         for shape, part in _array_chunks(runs, plan):
             run_ids = [run.run_id for run in part]
@@ -151,7 +157,7 @@ class SlurmExecutor(Executor):
 
     # -- status --------------------------------------------------------------------------------
 
-    def task_states(self, paths: SweepPaths, submissions: Sequence[Submission]) -> slurm_states.TaskStates:
+    def task_states(self, paths: SweepPaths, submissions: Sequence[Submission]) -> TaskStates:
         """One sacct call (squeue where needed); arrays SLURM did not answer for keep the states it
         last gave (`LastKnownStates`), and `unreachable_note()` says so."""
         sizes = {s.job_id: len(s.run_ids) for s in submissions if s.job_id}
@@ -160,44 +166,41 @@ class SlurmExecutor(Executor):
         polled = slurm_states.task_states(sorted(sizes), sizes)
         return slurm_states.LastKnownStates(paths.sweep_dir / LAST_KNOWN_STATES).merge(polled)
 
-    def unreachable(self, tasks) -> str | None:
-        return tasks.unreachable_note() if isinstance(tasks, slurm_states.TaskStates) else None
+    def unreachable(self, tasks: TaskStates) -> str | None:
+        return tasks.unreachable_note()
 
-    def requeued(self, sub: Submission, index: int, tasks) -> bool:
+    def requeued(self, sub: Submission, index: int, tasks: TaskStates) -> bool:
         """A task that wrote result.json and was then requeued (`scontrol requeue`, preemption) runs
         again: until it ends, the scheduler's state is the truth, not the earlier result."""
         task = tasks.get((sub.job_id, index))
         return task is not None and task.state in SLURM_PENDING | SLURM_RUNNING
 
     def classify(self, state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission, index: int,
-                 tasks, now: float) -> None:
+                 tasks: TaskStates, now: float) -> RunState:
         task = tasks.get((sub.job_id, index))
         error = read_error(state.run_dir)
         if task is None:
             if error is not None:
-                state.state, state.reason = FAILED, error[1]
-            elif now - (sub.submitted_at or sub.created_at) < ACCOUNTING_GRACE_S:
-                state.state, state.reason = PENDING, "submitted; not in accounting yet"
-            elif sub.job_id in getattr(tasks, "unanswered", ()):  # silence is not "gone"
-                state.state, state.reason = PENDING, "SLURM unreachable; no state known for this job yet"
-            else:
-                state.state, state.reason = FAILED, f"job {state.job_id} is unknown to SLURM (sacct/squeue)"
-            return
+                return replace(state, state=FAILED, reason=error[1])
+            if now - (sub.submitted_at or sub.created_at) < ACCOUNTING_GRACE_S:
+                return replace(state, state=PENDING, reason="submitted; not in accounting yet")
+            if sub.job_id in tasks.unanswered:  # silence is not "gone"
+                return replace(state, state=PENDING, reason="SLURM unreachable; no state known for this job yet")
+            return replace(state, state=FAILED, reason=f"job {state.job_id} is unknown to SLURM (sacct/squeue)")
         word = task.state
         if word in SLURM_PENDING:
-            state.state, state.reason = PENDING, task.detail or word.lower()
-        elif word in SLURM_RUNNING:
-            state.state = RUNNING
-        elif word == "COMPLETED":
-            state.state = COMPLETED  # the job wrapper exits non-zero whenever the run raised
-        elif word == "CANCELLED" and cancelled_by_us(entry, sub):
-            state.state, state.reason, state.cancel_requested = CANCELLED, "cancelled by cancelctl", True
-        else:  # FAILED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED from outside ...
-            state.cancel_requested = word == "CANCELLED"
-            outside = " (killed outside cancelctl)" if word == "CANCELLED" else ""
-            detail = f"{task.detail or word}{outside}"
-            state.state = FAILED
-            state.reason = f"{detail}; {error[1]}" if error is not None else detail
+            return replace(state, state=PENDING, reason=task.detail or word.lower())
+        if word in SLURM_RUNNING:
+            return replace(state, state=RUNNING)
+        if word == "COMPLETED":
+            return replace(state, state=COMPLETED)  # the job wrapper exits non-zero whenever the run raised
+        if word == "CANCELLED" and cancelled_by_us(entry, sub):
+            return replace(state, state=CANCELLED, reason="cancelled by cancelctl", cancel_requested=True)
+        # FAILED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED from outside ...
+        outside = " (killed outside cancelctl)" if word == "CANCELLED" else ""
+        detail = f"{task.detail or word}{outside}"
+        return replace(state, state=FAILED, reason=f"{detail}; {error[1]}" if error is not None else detail,
+                       cancel_requested=word == "CANCELLED")
 
     def task_job_id(self, sub: Submission, index: int) -> str | None:
         return None if sub.job_id is None else f"{sub.job_id}_{index}"
@@ -227,9 +230,9 @@ class SlurmExecutor(Executor):
             time.sleep(0.5)
 
 
-def _array_chunks(runs, shapes: Shapes) -> Iterator[tuple[slurm.JobShape, list]]:
+def _array_chunks(runs: Sequence[RunSpec], shapes: Shapes) -> Iterator[tuple[slurm.JobShape, list[RunSpec]]]:
     """One array per resource shape (in sweep order), cut to the cluster's MaxArraySize."""
-    groups: dict[str, tuple[slurm.JobShape, list]] = {}
+    groups: dict[str, tuple[slurm.JobShape, list[RunSpec]]] = {}
     for run in runs:
         shape = shapes[run.run_id]
         groups.setdefault(shape.key, (shape, []))[1].append(run)

@@ -52,7 +52,9 @@ def process_start(pid: int) -> int | None:
     return int(fields[19])
 
 
-def process_alive(pid: int | None, start: int | None) -> bool:
+def same_process_alive(pid: int | None, start: int | None) -> bool:
+    """The very process `pid` and `start` (`process_start`) name is still running: a pid alone may
+    have been reused by another process since, its start time may not."""
     return pid is not None and start is not None and process_start(pid) == start
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from cancelctl.executors import get_executor
 from cancelctl.executors.base import Executor
@@ -44,11 +45,12 @@ def sweep_states(paths: SweepPaths, manifest: Manifest, *, driver_alive: bool) -
     A scheduler that did not answer leaves its runs in their last known state and says so in
     `SweepStates.unreachable`."""
     latest = {run_id: manifest.latest_submission(run_id) for run_id in manifest.runs}
-    submitted: dict[str, dict[str, Submission]] = {}
+    executors = {sub.executor: get_executor(sub.executor) for sub, _ in filter(None, latest.values())}
+    submitted: dict[str, dict[str, Submission]] = {name: {} for name in executors}
     for pair in latest.values():
         if pair is not None and pair[0].state == SUBMITTED:
-            submitted.setdefault(pair[0].executor, {})[pair[0].token] = pair[0]
-    executors = {sub.executor: get_executor(sub.executor) for sub, _ in filter(None, latest.values())}
+            submitted[pair[0].executor][pair[0].token] = pair[0]
+    # each executor's answer, one query at most (none asked for an executor with nothing submitted)
     tasks = {name: executors[name].task_states(paths, list(subs.values())) for name, subs in sorted(submitted.items())}
     now = time.time()
     states = SweepStates(
@@ -68,8 +70,8 @@ def run_state(
     run_id: str,
     entry: RunEntry,
     latest: tuple[Submission, int] | None,
-    executors: dict[str, Executor],
-    tasks: dict[str, dict],
+    executors: dict[str, Executor[Any, Any]],
+    tasks: dict[str, Any],
     driver_alive: bool,
     now: float,
 ) -> RunState:
@@ -94,7 +96,7 @@ def run_state(
         state.executor, state.job_id, state.log = sub.executor, executor.task_job_id(sub, index), executor.log_path(paths, sub, index)
     requeued = (
         latest is not None and latest[0].state == SUBMITTED
-        and executor.requeued(latest[0], latest[1], tasks.get(latest[0].executor, {}))
+        and executor.requeued(latest[0], latest[1], tasks[latest[0].executor])
     )
     if state.state in (COMPLETED, STOPPED) and not requeued:
         state.step = last_step(run_dir)
@@ -122,7 +124,7 @@ def run_state(
     elif sub.state == INTENT:
         state.state, state.reason = QUEUED, "being submitted"
     else:
-        executor.classify(state, manifest, entry, sub, index, tasks.get(sub.executor, {}), now)
+        state = executor.classify(state, manifest, entry, sub, index, tasks[sub.executor], now)
     if state.state != UNSUBMITTED or latest is not None:  # where it is, or where it stopped
         state.step = last_step(run_dir)
     return state

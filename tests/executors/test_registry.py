@@ -5,6 +5,7 @@ module outside the registry compares executor names."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import time
 from pathlib import Path
 
@@ -37,6 +38,9 @@ class InProcessExecutor(Executor):
 
     name = "inproc"
 
+    def plan(self, runs, workdir):
+        return None  # nothing to check per run
+
     def submit(self, paths, runs, plan, lock_fd):
         done = Submitted()
         for run in runs:
@@ -51,9 +55,12 @@ class InProcessExecutor(Executor):
             done.job_ids.append(sub.job_id)
         return done
 
+    def task_states(self, paths, submissions):
+        return {}  # no scheduler to ask: submit ran them
+
     def classify(self, state, manifest, entry, sub, index, tasks, now):
         error = read_error(state.run_dir)  # no result.json (a completed run never gets here)
-        state.state, state.reason = FAILED, error[1] if error else "ended without a result"
+        return dataclasses.replace(state, state=FAILED, reason=error[1] if error else "ended without a result")
 
     def cancel(self, paths, active, signalled):
         return []  # nothing of it outlives submit

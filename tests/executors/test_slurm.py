@@ -269,10 +269,11 @@ def test_classify_keeps_a_silent_schedulers_runs_and_fails_only_on_a_positive_an
     silent = slurm_states.TaskStates()
     silent.unanswered.add("271")
     state = RunState("r", "r", "a", 0, "unsubmitted", run_dir=tmp_path)
-    SlurmExecutor().classify(state, Manifest(sweep="s", executor="slurm"), entry, sub, 0, silent, now=ACCOUNTING_GRACE_S + 10)
-    assert state.state == "pending" and "unreachable" in state.reason
-    gone = RunState("r", "r", "a", 0, "unsubmitted", run_dir=tmp_path)
-    SlurmExecutor().classify(gone, Manifest(sweep="s", executor="slurm"), entry, sub, 0, slurm_states.TaskStates(), now=ACCOUNTING_GRACE_S + 10)
+    kept = SlurmExecutor().classify(state, Manifest(sweep="s", executor="slurm"), entry, sub, 0, silent,
+                                    now=ACCOUNTING_GRACE_S + 10)
+    assert kept.state == "pending" and "unreachable" in kept.reason and state.state == "unsubmitted"
+    gone = SlurmExecutor().classify(state, Manifest(sweep="s", executor="slurm"), entry, sub, 0, slurm_states.TaskStates(),
+                                    now=ACCOUNTING_GRACE_S + 10)
     assert gone.state == "failed" and "unknown to SLURM" in gone.reason
 
 

@@ -547,8 +547,9 @@ def test_a_local_run_killed_from_outside_is_interrupted_not_failed(tmp_path):
     sub = manifest.add_submission("local", ["r1"], state="submitted", job_id="999999999", pid_start=1)
     (run_dir / "attempts.jsonl").write_text(json.dumps({"event": "start", "token": sub.token, "pid": 999999999}) + "\n")
     state = RunState("r1", "a-s0", "a", 0, "unsubmitted", run_dir=run_dir)
-    LocalExecutor().classify(state, manifest, manifest.runs["r1"], sub, 0, {}, time.time())
-    assert state.state == "cancelled" and "killed" in state.reason and "rerun resumes" in state.reason
+    classified = LocalExecutor().classify(state, manifest, manifest.runs["r1"], sub, 0, {}, time.time())
+    assert classified.state == "cancelled" and "killed" in classified.reason and "rerun resumes" in classified.reason
+    assert state.state == "unsubmitted" and state.reason == ""  # a new state: the one given is left as it was
 
 
 def test_a_closed_terminal_interrupts_the_sweep_and_a_plain_rerun_completes_it(tmp_path, workdir):
