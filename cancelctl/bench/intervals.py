@@ -91,7 +91,7 @@ def coverage(
     """Simulated coverage of one interval method on `trials` seed sets of `n` seeds.
 
     "t" evaluates Student's interval on all sets at once with `t_half_width`, the equation
-    `student_t_ci` uses; the bootstraps call `bootstrap_ci` once per set (about 1 ms each)."""
+    `student_t_ci` uses; the bootstraps call `bootstrap_ci` once per set (the slow part)."""
     rng = np.random.default_rng(seed)
     sets = seed_sets(family, mean, sd, n, trials, rng)
     if method == "t":

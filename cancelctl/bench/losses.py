@@ -8,7 +8,7 @@ load drifts cancel. Targets (issue 3): every loss ≤ 1.15× `grpo` at 256 × 10
 `inject_noise`'s draw is also timed alone, and that wrapper's target is 1.15× plus its draw (issue 37.7): the
 seeded N(1, σ²) stream is what defines a σ arm [H eq. 21] — the same seed replays the same weights, so
 every σ result stands on it — and it is already torch's vectorised fill (a masked draw of only the
-response tokens was 36× slower, measured); in a verl step the loss is a sliver beside the model's
+response tokens was many times slower); in a verl step the loss is a sliver beside the model's
 forward and backward, so a new stream would buy nothing a user sees.
 """
 

@@ -31,7 +31,8 @@ class HubUnreachable(CancelctlError, ConnectionError):
 
 def load_hub_split(entry: DatasetEntry, source_split: str) -> Iterable[Mapping[str, Any]]:
     """One split of a Hub dataset, as `datasets` loads it (downloaded once into the HF cache). A
-    machine without a route to the Hub is told so at once, not after `datasets`' retries (~24 s)."""
+    machine without a route to the Hub is told so at once, not after `datasets`' retries
+    (tests/cli/test_error_path.py holds it under 10 s)."""
     datasets = require("datasets", f"downloading {entry.hub_id}")
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") or os.environ.get("HF_DATASETS_OFFLINE", "") not in ("", "0")
     problem = None if offline else hub_unreachable()

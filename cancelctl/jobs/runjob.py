@@ -235,7 +235,7 @@ def _refuse_stale(run_dir: Path, run_id: str, token: str) -> None:
 
 
 def backend_train(name: str):
-    """`cancelctl.backends.<name>.train`, imported only when a job runs (verl costs ~11 s)."""
+    """`cancelctl.backends.<name>.train`, imported only when a job runs (importing verl takes seconds)."""
     module = importlib.import_module(f"cancelctl.backends.{name}")
     train = getattr(module, "train", None)
     if train is None:

@@ -105,8 +105,9 @@ def paired_bootstrap_test(
     p = (1 + #{|t*| ≥ |t|}) / (1 + #resamples). Resamples whose seeds are all the same index have
     sd = 0 and carry no t; they are left out.
 
-    Why studentized: the plain re-centred mean bootstrap rejects a true null ~14% of the time at
-    5 seeds and ~8% at 10 (nominal 5%); bootstrap-t stays at or under 5% from 3 seeds up.
+    Why studentized: the plain re-centred mean bootstrap rejects a true null well above the nominal
+    5% at 5 and even at 10 seeds (its resampled means have normal, not t, tails: `intervals.expanded_alpha`);
+    the studentized one comes much closer (at 3 seeds it is still too liberal: tests/stats/test_verdicts.py).
     p is NaN below 3 shared seeds (with 2, every usable resample reproduces the data). If every seed
     shows the same difference, p is 1 when it is 0 and 1/(1 + n_boot) otherwise.
 

@@ -28,7 +28,7 @@ Decisions, stated once:
   error rate ≤ α.
 - At least MIN_VERDICT_SEEDS shared seeds: the t-test is exact for normal differences from 2, but a
   verdict on 3 seeds rests on one sd estimated from 2 degrees of freedom (and the bootstrap-t the
-  report used before rejected a true null ~9% of the time there).
+  report used before rejected a true null far above α there: tests/stats/test_verdicts.py).
 - Outcome claims (collapse rate, time to collapse, alert order) are judged from the monitor's
   alerts by `outcomes` (exact tests, unpaired) and join the same Holm family.
 - A run a monitor rule stopped counts: a curve claim reads its curve up to the stop (slope,

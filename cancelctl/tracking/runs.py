@@ -1,6 +1,7 @@
 """MLflow experiments and runs: one run per cancelctl run_id, provenance tags, flattened params.
 
-mlflow is imported inside functions: it costs ~3.5 s and `import cancelctl.tracking` must stay cheap.
+mlflow is imported inside functions: it costs seconds (benchmarks/bench_tracking.py prints it) and
+`import cancelctl.tracking` must stay cheap.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def client_for(uri: str) -> MlflowClient:
     which on a new file runs MLflow's schema migrations, and MLflow 3.17 runs them without a lock,
     so concurrent first opens (a sweep's jobs starting together) corrupt the schema for good
     (`table _alembic_tmp_experiments already exists`). Opening an existing store (MLflow's schema
-    check, ~1 s of CPU) needs no lock."""
+    check) needs no lock."""
     from mlflow import MlflowClient
 
     # MLflow announces creating/migrating a new sqlite store at INFO on every first sweep: noise

@@ -3,7 +3,7 @@
 Importing this package is cheap (no hydra, no verl, no spec models): the names below load their module
 on first use (PEP 562), because every process of a verl run imports this package through cancelctl's
 `verl.plugins` entry points, and most of them (the rollout server, agent-loop and reward workers) never
-render or compose a spec (~0.4 s of pydantic model building each, measured). `validate_runs` imports
+render or compose a spec (pydantic model building they would pay for nothing). `validate_runs` imports
 Hydra, and verl once per process for its deeper checks. `config.py` imports verl and is only loaded by
 verl itself (as the `_target_` of `actor.policy_loss`). `train` is the in-job entry cancelctl.jobs calls.
 """

@@ -6,7 +6,8 @@ For each run: render (errors → issues), then compose the override list as `mai
 (field_types.py), and a look-up of the loss in verl's
 registry. Nothing reads the model path or data files.
 
-Cost: composing verl's config from its ~40 YAML files takes ~0.5 s, so the base config is composed
+Cost: composing verl's config from its dozens of YAML files is slow (validate's verl-layer line prints
+what a sweep's composes took), so the base config is composed
 once per config name and each override set is applied to a copy with Hydra's own override code
 (`ConfigLoaderImpl._apply_overrides_to_config`, what `compose` runs after merging the defaults); if
 that path reports anything, the run is composed again the full way and only errors that survive are
@@ -77,7 +78,7 @@ def verl_config_dir() -> Path:
 
 def validate_runs(runs: Iterable[RunSpec], *, deep: bool = True, progress=None) -> ValidationResult:
     """Render and compose every verl run; an empty result means every run composed cleanly.
-    `progress(message)`, when given, hears what is being done (verl's import alone takes ~11 s)."""
+    `progress(message)`, when given, hears what is being done (importing verl alone takes seconds)."""
     runs = [r for r in runs if r.spec.backend == "verl"]
     if not verl_available():
         return ValidationResult(status=SKIPPED, skipped=True)
@@ -125,7 +126,7 @@ class VerlComposer:
     config_dir: Path
     deep: bool = True
     cache: dict[tuple[str, tuple[str, ...]], list[Finding]] = field(default_factory=dict)
-    _bases: dict[str, bytes] = field(default_factory=dict)  # pickled: loads() is 4x faster than deepcopy
+    _bases: dict[str, bytes] = field(default_factory=dict)  # pickled: loads() is cheaper than a deepcopy
     _parsed: dict[str, Any] = field(default_factory=dict)  # override line -> Hydra Override
     _parser: Any = None
 
