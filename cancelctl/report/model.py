@@ -21,6 +21,10 @@ ComputeAxis = Literal["tokens", "updates", "hours"]
 ENTROPY_KEY = "actor/entropy"
 # verl's validation keys, '@' sanitised for MLflow: val-core/<benchmark>/acc/mean_at_<k>
 EVAL_KEY = re.compile(r"^val-core/(?P<benchmark>.+)/acc/mean_at_(?P<k>\d+)$")
+# pass@k where a backend logs it: the lab's pass_at_<k> (Chen et al.'s unbiased estimator) and verl's
+# best@k / maj@k (a bootstrap over its n samples: best_at_<k>/mean, maj_at_<k>/mean; val-core at k = n,
+# val-aux below)
+PASS_KEY = re.compile(r"^val-(core|aux)/(?P<benchmark>.+)/acc/(?P<measure>pass|best|maj)_at_(?P<k>\d+)(/mean)?$")
 ENERGY_KEY = re.compile(r"^cancel/energy_b(?P<bucket>\d+)$")
 G_AXIS = "axis.rollout.G"
 MATCHED_STATES = ("FINISHED",)
@@ -147,6 +151,21 @@ def eval_benchmarks(by_key: dict[str, pd.DataFrame]) -> list[tuple[str, str]]:
         if match:
             found.append((int(match["k"]), match["benchmark"], key))
     return [(key, f"{bench} avg@{k}") for k, bench, key in sorted(found, key=lambda t: (t[1], t[0]))]
+
+
+@dataclass(frozen=True)
+class PassKey:
+    key: str
+    benchmark: str
+    measure: str  # pass (unbiased), best (verl's bootstrap best-of-k), maj (verl's majority vote)
+    k: int
+
+
+def pass_at_k_keys(by_key: dict[str, pd.DataFrame]) -> list[PassKey]:
+    """Every logged pass@k-like key, by benchmark, measure and k."""
+    found = [PassKey(key, m["benchmark"], m["measure"], int(m["k"])) for key in by_key if (m := PASS_KEY.match(key))]
+    order = {"pass": 0, "best": 1, "maj": 2}
+    return sorted(found, key=lambda p: (p.benchmark, order[p.measure], p.k))
 
 
 def prepare_sweep(

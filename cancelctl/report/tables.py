@@ -1,7 +1,8 @@
 """The report's tables other than the threshold ones (those: `thresholds.py`): logged compute
-matching [D §5], final scores [D Table 1], the held-out gain over training, (via `scaling.py`) the
-compute-scaling fits [ScaleRL], Jitter2 [D eq. 20, 21], Δ per group size [D Table 4]
-and the mechanism summary [D §6.1], and `build_tables`, which makes every table in report order.
+matching [D §5], final scores [D Table 1], pass@k where logged [Chen et al. 2021], the held-out gain
+over training, (via `scaling.py`) the compute-scaling fits [ScaleRL], Jitter2 [D eq. 20, 21], Δ per
+group size [D Table 4] and the mechanism summary [D §6.1], and `build_tables`, which makes every
+table in report order.
 
 Each number is computed by the function of `cancelctl.stats` named after it (student_t_ci,
 paired_t_test, jitter2, slope, ratio_to_baseline); this module selects, groups and formats.
@@ -31,6 +32,7 @@ from cancelctl.report.model import (
     PreparedSweep,
     ReportTable,
     eval_benchmarks,
+    pass_at_k_keys,
 )
 from cancelctl.report.scaling import compute_scaling_tables
 from cancelctl.report.thresholds import (
@@ -56,7 +58,8 @@ def build_tables(
 ) -> list[ReportTable]:
     """Every table of the report, in report order, each marked where groups are not compute-matched."""
     final_scores = final_score_table(sweep)
-    tables = [compute_match_table(sweep, violations, token_tol), final_scores, eval_gain_table(sweep)]
+    tables = [compute_match_table(sweep, violations, token_tol), final_scores, *pass_at_k_tables(sweep)]
+    tables += [eval_gain_table(sweep)]
     tables += compute_at_reward_tables(sweep, metric, compute, kappa, smooth_window)
     tables += steps_to_threshold_tables(sweep, metric, kappa, smooth_window)
     tables += compute_scaling_tables(sweep, metric, compute)
@@ -158,17 +161,47 @@ def final_score_table(sweep: PreparedSweep) -> ReportTable:
     benchmarks = eval_benchmarks(sweep.by_key)
     if not benchmarks:
         return ReportTable.not_logged("final_scores", title, "val-core/<benchmark>/acc/mean_at_<k>")
-    parts = []
-    for key, label in benchmarks:
-        summary = arm_summary(sweep, sweep.with_meta(frames.last_values(sweep.by_key[key])))
-        if not summary.empty:
-            parts.append(summary.assign(benchmark=label, key=key))
-    if not parts:
+    data = last_evaluation_summary(sweep, [(key, {"benchmark": label}) for key, label in benchmarks])
+    if data.empty:
         return ReportTable.not_logged("final_scores", title, *(key for key, _ in benchmarks))
-    data = pd.concat(parts, ignore_index=True)
     data = data[["group", "benchmark", "key", "arm", *SUMMARY_COLUMNS]]
     display = _benchmark_rows(sweep, data, "mean [95% CI]")
     return ReportTable("final_scores", title, data, sweep.readable(display), [PAIRED_NOTE])
+
+
+def last_evaluation_summary(sweep: PreparedSweep, keys: list[tuple[str, dict[str, object]]]) -> pd.DataFrame:
+    """`arm_summary` of each key's last logged value per run, each key's rows with its `key` and the
+    columns given beside it; empty when no key has a value."""
+    parts = []
+    for key, columns in keys:
+        summary = arm_summary(sweep, sweep.with_meta(frames.last_values(sweep.by_key[key])))
+        if not summary.empty:
+            parts.append(summary.assign(key=key, **columns))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+PASS_MEASURES = {  # what each logged measure is, by its key's measure
+    "pass": ("pass@{k}", "pass@k: Chen et al. 2021's unbiased estimator (arXiv 2107.03374, eq. 1) from the "
+                         "evaluation's n samples per prompt, 1 − C(n−c, k)/C(n, k), averaged over prompts"),
+    "best": ("best@{k}", "best@k: verl's bootstrap mean of the best of k of its n samples (drawn with "
+                         "replacement, so below the unbiased pass@k for k > 1)"),
+    "maj": ("maj@{k}", "maj@k: verl's bootstrap mean of majority voting over k of its n samples"),
+}
+
+
+def pass_at_k_tables(sweep: PreparedSweep) -> list[ReportTable]:
+    """pass@k per group × benchmark × k × arm at the last evaluation, mean [95% CI] over seeds, Δ
+    and paired p vs the baseline, as the final scores; no table where no backend logged pass@k."""
+    keys = pass_at_k_keys(sweep.by_key)
+    columns = [(p.key, {"benchmark": p.benchmark, "measure": p.measure, "k": p.k}) for p in keys]
+    data = last_evaluation_summary(sweep, columns)
+    if data.empty:
+        return []
+    data = data[["group", "benchmark", "measure", "k", "key", "arm", *SUMMARY_COLUMNS]]
+    estimate = [PASS_MEASURES[m][0].format(k=k) for m, k in zip(data["measure"], data["k"])]
+    display = _benchmark_rows(sweep, data, "mean [95% CI]", estimate=estimate)
+    notes = [PASS_MEASURES[m][1] for m in PASS_MEASURES if m in set(data["measure"])] + [PAIRED_NOTE]
+    return [ReportTable("pass_at_k", "pass@k (last evaluation)", data, sweep.readable(display), notes)]
 
 
 def _benchmark_rows(sweep: PreparedSweep, data: pd.DataFrame, interval: str, **before: list[str]) -> pd.DataFrame:

@@ -8,6 +8,7 @@ file, prints, plots or touches MLflow: the report (`cancelctl.report`) hands the
     crossing       Compute@Reward=κ and steps to κ: where a curve first reaches a threshold
     scaling        ScaleRL's compute-scaling fit R(C): asymptote A, efficiency B, midpoint C_mid per run
     curves         the shape of a curve: Jitter2, slope, late − early
+    pass_at_k      pass@k from n samples per problem: Chen et al. 2021's unbiased estimator
     frames         the tidy metrics frame split per key, last values, a metric on a compute axis
     compute_match  the compute-matched protocol on logged compute
     evidence       the paired evidence for one claim on one group, per direction
@@ -23,6 +24,6 @@ file, prints, plots or touches MLflow: the report (`cancelctl.report`) hands the
     sequential_verdicts  the claims of a sweep run until decided, judged at every look, Bonferroni on e-values
 
 Sources: [D] = shared/papers/000_*.txt (DFPO), [H] = 004_*.txt (App. D: alert order), ScaleRL = arXiv
-2510.13786, SPEC.md "Reports". Where a paper leaves a choice open
+2510.13786, Chen et al. 2021 = arXiv 2107.03374 (pass@k), SPEC.md "Reports". Where a paper leaves a choice open
 the decision is stated in the docstring.
 """

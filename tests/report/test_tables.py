@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from report_frames import report_for, synthetic_sweep
 
+from cancelctl.report.model import pass_at_k_keys
 from cancelctl.stats import crossing, curves, intervals, paired
 
 
@@ -92,6 +93,55 @@ def test_the_template_boost_share_is_a_mechanism_row_where_logged_and_unnamed_wh
     assert shares.loc[("rollout.G=4", "grpo")] == pytest.approx(0.6)
     assert shares.loc[("rollout.G=8", "gspo")] == pytest.approx(0.1)
     assert "template share of boost (mean)" in mech.display.columns
+
+
+def test_pass_at_k_table_only_where_logged_with_the_final_scores_statistics(report, tmp_path):
+    """pass@k per group × benchmark × k × arm at the last evaluation, mean [95% CI], Δ and paired p as
+    the final scores give them; the lab's unbiased pass_at_<k>, verl's best@k / maj@k (val-core at
+    k = n, val-aux below; their /std left out); no table where none is logged."""
+    assert "pass_at_k" not in {t.name for t in report.tables}
+    runs, metrics = synthetic_sweep()
+    acc = metrics[metrics["key"] == "val-core/aime25/acc/mean_at_4"]
+    more = [
+        acc.assign(key="val-core/aime25/acc/pass_at_4", value=acc["value"] + 0.2),
+        acc.assign(key="val-core/aime25/acc/pass_at_1", value=acc["value"]),
+        acc.assign(key="val-aux/gsm8k/acc/best_at_2/mean", value=acc["value"] + 0.1),
+        acc.assign(key="val-core/gsm8k/acc/maj_at_4/mean", value=acc["value"] + 0.05),
+        acc.assign(key="val-core/gsm8k/acc/best_at_4/std", value=0.01),
+    ]
+    built = report_for(tmp_path, runs, pd.concat([metrics, *more]), plots=False)
+    table = built.table("pass_at_k")
+    order = [t.name for t in built.tables]
+    assert order.index("final_scores") + 1 == order.index("pass_at_k")
+    data = table.data.set_index(["group", "benchmark", "measure", "k", "arm"])
+    assert len(data) == 4 * 2 * 3  # 4 keys (not the /std) × 2 groups × 3 arms
+    final = built.table("final_scores").data.set_index(["group", "arm"])
+    for arm in ("gspo", "dfpo", "grpo"):
+        row, base = data.loc[("rollout.G=4", "aime25", "pass", 4, arm)], final.loc[("rollout.G=4", arm)]
+        assert row["mean"] == pytest.approx(base["mean"] + 0.2)
+        assert row["ci_hi"] - row["ci_lo"] == pytest.approx(base["ci_hi"] - base["ci_lo"])
+        assert row["p_value"] == pytest.approx(base["p_value"], nan_ok=True)
+    shown = table.display
+    assert list(shown.columns[:5]) == ["group", "benchmark", "arm", "n", "estimate"]
+    assert {"pass@1", "pass@4", "best@2", "maj@4"} == set(shown["estimate"])
+    assert any("unbiased" in note for note in table.notes) and any("bootstrap" in note for note in table.notes)
+
+
+def test_pass_keys_are_verl_0_9_1s_validation_keys_as_forwarded():
+    """verl 0.9.1's `_val_metrics_update` over 4 samples of openai/gsm8k (acc, pred) logs these keys
+    (run there once; '@' → '_at_' as the forwarder sanitises): best@k and maj@k means are pass@k-like,
+    their std, worst@k and std@n are not; mean@n is the final score's."""
+    logged = [
+        "val-aux/openai/gsm8k/acc/best_at_2/mean", "val-aux/openai/gsm8k/acc/best_at_2/std",
+        "val-aux/openai/gsm8k/acc/maj_at_2/mean", "val-aux/openai/gsm8k/acc/maj_at_2/std",
+        "val-aux/openai/gsm8k/acc/std_at_4", "val-aux/openai/gsm8k/acc/worst_at_2/mean",
+        "val-core/openai/gsm8k/acc/best_at_4/mean", "val-core/openai/gsm8k/acc/best_at_4/std",
+        "val-core/openai/gsm8k/acc/maj_at_4/mean", "val-core/openai/gsm8k/acc/mean_at_4",
+        "val-core/lab/acc/pass_at_2",
+    ]
+    found = [(p.benchmark, p.measure, p.k) for p in pass_at_k_keys(dict.fromkeys(logged))]
+    assert found == [("lab", "pass", 2), ("openai/gsm8k", "best", 2), ("openai/gsm8k", "best", 4),
+                     ("openai/gsm8k", "maj", 2), ("openai/gsm8k", "maj", 4)]
 
 
 def test_not_reached_is_text_not_a_number(tmp_path):

@@ -19,15 +19,17 @@ import losses
 from cancelctl.backends.lab.policy import TinyCausalLM, response_forward
 from cancelctl.backends.lab.rollout import prompt_block
 from cancelctl.backends.lab.task import PAD_ID, STOI, TEMPLATE, ArithmeticTask, Problem
+from cancelctl.stats.pass_at_k import mean_pass_at_k, pass_ks
 from losses.metrics import boost_share, bucket_energy, frequency_buckets, token_flips
 
 __all__ = ["N_BUCKETS", "STEP_KEYS", "TEMPLATE_BOOST_KEY", "LogOddsProbe", "bucket_energy", "eval_key",
-           "frequency_buckets", "mean_over_passes", "mismatch", "template_boost", "template_mask", "token_flips"]
+           "eval_metrics", "frequency_buckets", "mean_over_passes", "mismatch", "pass_key", "template_boost",
+           "template_mask", "token_flips"]
 
 N_BUCKETS = 4
 TEMPLATE_BOOST_KEY = "cancel/boost_template"  # [C §3.2]: the template's share of the step's boost
 
-# Logged at every training step (SPEC "Per-step metrics", verl's names); eval adds `eval_key(k)`.
+# Logged at every training step (SPEC "Per-step metrics", verl's names); eval adds `eval_metrics`.
 STEP_KEYS = (
     "critic/score/mean",
     "actor/entropy",
@@ -59,6 +61,20 @@ STEP_KEYS = (
 def eval_key(k: int) -> str:
     """avg@k accuracy on the held-out prompts (verl's val-core/<source>/<metric>/mean@k, '@' spelled out)."""
     return f"val-core/lab/acc/mean_at_{k}"
+
+
+def pass_key(k: int) -> str:
+    """pass@k on the held-out prompts, Chen et al.'s unbiased estimator from the eval's samples
+    (`cancelctl.stats.pass_at_k`); verl's nearest is val-core/<source>/acc/best@k/mean, a bootstrap."""
+    return f"val-core/lab/acc/pass_at_{k}"
+
+
+def eval_metrics(rewards: torch.Tensor, k: int) -> dict[str, float]:
+    """avg@k and pass@j for j = 1, 2, 4, … up to k (`pass_ks`) from 0/1 `rewards`, k adjacent rows per prompt."""
+    correct = rewards.view(-1, k).sum(-1).round().long().numpy()
+    out = {eval_key(k): float(rewards.mean())}
+    out.update({pass_key(j): mean_pass_at_k(k, correct, j) for j in pass_ks(k)})
+    return out
 
 
 class LogOddsProbe:

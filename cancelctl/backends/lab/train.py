@@ -30,7 +30,7 @@ from cancelctl.backends.lab.metrics import (
     STEP_KEYS,
     LogOddsProbe,
     bucket_energy,
-    eval_key,
+    eval_metrics,
     frequency_buckets,
     mean_over_passes,
     mismatch,
@@ -398,7 +398,7 @@ class LabRun:
 
     @torch.no_grad()
     def evaluate(self, step: int) -> dict[str, float]:
-        """avg@k accuracy on the held-out prompts, sampled like rollouts (own generator per step)."""
+        """avg@k accuracy and pass@k on the held-out prompts, sampled like rollouts (own generator per step)."""
         k = self.spec.eval.k
         batch = generate(
             self.engine,
@@ -410,7 +410,7 @@ class LabRun:
             top_p=self.spec.rollout.top_p,
             generator=generator(self.spec.seed, step, "eval"),
         )
-        return {eval_key(k): float(batch.rewards.mean())}
+        return eval_metrics(batch.rewards, k)  # avg@k and pass@1, 2, 4, … k [Chen et al. 2021]
 
     def save(self) -> None:
         # metrics.jsonl already holds every point up to here (the resume's truth); MLflow takes them

@@ -174,8 +174,9 @@ def test_a_default_run_repeats_bit_for_bit_in_one_process(tmp_path, warm_cache):
 
 def test_a_default_run_logs_every_metric_the_run_before_the_levers_logged(tmp_path, warm_cache):
     """GOLDEN holds this run's metrics as logged by the code before the levers (f1015a3, plus
-    dfpo/weight_dispersion since): with every lever at its default the run logs the same keys at
-    the same steps. Its values are this file's machine's and are not compared."""
+    dfpo/weight_dispersion, cancel/boost_template and the eval's pass@k since): with every lever at
+    its default the run logs the same keys at the same steps. Its values are this file's machine's
+    and are not compared."""
     golden = json.loads(GOLDEN.read_text())
     _, logger = run_lab(lab_run(golden["patch"]), tmp_path / "run", warm_cache)
     got = {str(step): sorted(without_wall_clock(m)) for step, m in logger.steps().items()}

@@ -4,7 +4,9 @@ import torch
 from cancelctl.backends.lab.metrics import (
     TEMPLATE_BOOST_KEY,
     bucket_energy,
+    eval_metrics,
     frequency_buckets,
+    pass_key,
     template_boost,
     template_mask,
     token_flips,
@@ -130,3 +132,19 @@ def test_template_boost_counts_only_rises_on_real_tokens():
     new[2, -1] = 9.0 if mask[2, -1] == 0 else 0.0  # padding never counts
     assert template_boost(responses, old, new, mask)[TEMPLATE_BOOST_KEY] == pytest.approx(0.75)
     assert template_boost(responses, old, old, mask) == {TEMPLATE_BOOST_KEY: 0.0}  # nothing rose
+
+
+# ---------------------------------------------------------------------- eval: avg@k and pass@k
+
+
+def test_eval_logs_avg_at_k_and_unbiased_pass_at_k_per_power_of_two():
+    # 3 prompts × k = 4 adjacent samples: 0, 1 and 4 correct
+    rewards = torch.tensor([0, 0, 0, 0, 0, 1, 0, 0, 1, 1, 1, 1], dtype=torch.float)
+    out = eval_metrics(rewards, 4)
+    assert out == {
+        "val-core/lab/acc/mean_at_4": pytest.approx(5 / 12),
+        pass_key(1): pytest.approx((0 + 1 / 4 + 1) / 3),
+        pass_key(2): pytest.approx((0 + 1 / 2 + 1) / 3),  # 1 − C(3, 2)/C(4, 2) = 1/2
+        pass_key(4): pytest.approx((0 + 1 + 1) / 3),
+    }
+    assert set(eval_metrics(torch.ones(6), 6)) == {"val-core/lab/acc/mean_at_6", *(pass_key(k) for k in (1, 2, 4, 6))}

@@ -10,7 +10,7 @@ from lab_helpers import ListLogger, lab_run, run_lab, without_wall_clock
 
 from cancelctl.backends.lab import train, warmstart
 from cancelctl.backends.lab.checkpoint import CHECKPOINT
-from cancelctl.backends.lab.metrics import STEP_KEYS, eval_key
+from cancelctl.backends.lab.metrics import STEP_KEYS, eval_key, pass_key
 from cancelctl.backends.lab.policy import PolicyConfig
 from cancelctl.backends.lab.task import VOCAB, ArithmeticTask
 from cancelctl.spec.expand import load_sweep
@@ -28,12 +28,14 @@ def test_every_spec_key_at_every_step(strategy, tmp_path, warm_cache):
     final, logger = run_lab(run, tmp_path, warm_cache)
     steps = logger.steps()
     assert sorted(steps) == [0, 1, 2, 3, 4]
-    assert set(steps[0]) == {eval_key(2)}  # the warm start's accuracy before any update
+    assert set(steps[0]) == {eval_key(2), pass_key(1), pass_key(2)}  # the warm start's, before any update
     for step in (1, 2, 3, 4):
         metrics = steps[step]
         assert set(STEP_KEYS) <= set(metrics), sorted(set(STEP_KEYS) - set(metrics))
         assert all(isinstance(v, float) and math.isfinite(v) for v in metrics.values())
-        assert (eval_key(2) in metrics) == (step % 2 == 0)
+        assert (eval_key(2) in metrics) == (pass_key(2) in metrics) == (step % 2 == 0)
+        if step % 2 == 0:  # pass@1 is avg@k; pass@k ≥ pass@1
+            assert metrics[pass_key(1)] == metrics[eval_key(2)] <= metrics[pass_key(2)]
         energy = sum(metrics[f"cancel/energy_b{k}"] for k in range(4))
         no_signal = metrics["batching/pos_frac"] == metrics["batching/neg_frac"] == 0  # every Â = 0: no gradient
         assert abs(energy - 1) < 1e-9 or (no_signal and energy == 0)
