@@ -2,7 +2,7 @@
 
 `python benchmarks/bench_verl_e2e.py [--steps N] [--poll S] [--arms A,B] [--passes K]`. Each arm is a cancelctl verl run with
 `cluster.device: cpu` (the packaged CPU platform and hf_cpu rollout), rendered by cancelctl exactly as
-a job runs it (entry.job_command + the job's env), on the tiny random Qwen2 and data of
+a job runs it (command.job_command + the job's env), on the tiny random Qwen2 and data of
 tests/backends/verl/tiny_verl.py; the arms run once each, one after another (a single pass: a step's
 generation varies ±10% between runs of the same math, so read a ratio near the target over several
 invocations). Prints per arm the mean over steps 2..N (step 1 warms up) of
@@ -90,13 +90,13 @@ def session_rss_bytes(sid: int) -> int:
 
 
 def run_arm(run, run_dir: Path, extra: list[str], poll: float | None) -> tuple[dict[str, float], float, float]:
-    from cancelctl.backends.verl import entry, render
+    from cancelctl.backends.verl import command, entry, render
 
     run_dir.mkdir(parents=True)
-    argv = entry.job_command(run, run_dir, sys.executable) + extra
+    argv = command.job_command(run, run_dir, sys.executable) + extra
     if poll is not None:
         argv.append(f"+trainer.v1.cancelctl.poll_interval={poll}")
-    env = dict(os.environ, **render.job_env(run), **entry.run_files_env(run, run_dir))
+    env = dict(os.environ, **render.job_env(run), **command.run_files_env(run, run_dir))
     env.pop("RAY_ADDRESS", None)
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=run_dir, env=env, start_new_session=True,
@@ -116,7 +116,7 @@ def run_arm(run, run_dir: Path, extra: list[str], poll: float | None) -> tuple[d
     if proc.returncode != 0:
         tail = (run_dir / "stderr.log").read_text(errors="replace").splitlines()
         raise SystemExit(f"{run.name}: verl exited {proc.returncode}: {entry.root_exception(tail)} ({run_dir}/stderr.log)")
-    steps = [json.loads(line) for line in (run_dir / entry.VERL_METRICS).open()]
+    steps = [json.loads(line) for line in (run_dir / command.VERL_METRICS).open()]
     later = [s["data"] for s in steps if s["step"] >= 2]
     means = {key: statistics.fmean(d[key] for d in later if key in d) for key in PHASES if any(key in d for d in later)}
     return means, peak[0] / 2**30, wall

@@ -15,7 +15,7 @@ def workload_lines(run: RunSpec, run_dir: Path) -> list[str]:
     """What rank 0 runs once the job's nodes are up: verl's command, or the lab run in-process."""
     if run.spec.backend == "verl":
         from cancelctl.backends.verl import format_command
-        from cancelctl.backends.verl.entry import job_command
+        from cancelctl.backends.verl.command import job_command
         from cancelctl.backends.verl.render import job_env
 
         return [format_command(job_command(run, run_dir), job_env(run))]

@@ -40,6 +40,7 @@ from typing import Any
 
 from cancelctl.jobs import preemption
 from cancelctl.jobs.allocation import Allocation, node_resource
+from cancelctl.jobs.children import stop_group
 
 CLUSTER_JSON = "cluster.json"  # in the run folder: the nodes, addresses and ports of the last attempt
 JOIN_TIMEOUT_S = float(os.environ.get("CANCELCTL_RAY_JOIN_TIMEOUT_S", "120"))
@@ -143,16 +144,7 @@ class RayCluster:
         if self.allocation.is_head:
             self.token_path.unlink(missing_ok=True)
         if self.proc is not None:
-            _signal_group(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            _signal_group(self.proc.pid, signal.SIGKILL)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            stop_group(self.proc, grace_s=10, kill_wait_s=5)
         deadline = time.monotonic() + 10
         while (left := processes_using(self.allocation.temp_dir(self.allocation.rank))) and time.monotonic() < deadline:
             for pid in left:
@@ -317,13 +309,6 @@ def processes_using(temp_dir: str) -> list[int]:
         if temp_dir.encode() in cmdline:
             found.append(int(entry.name))
     return found
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def serve_worker(allocation: Allocation, run_dir: Path) -> None:

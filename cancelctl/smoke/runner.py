@@ -270,7 +270,7 @@ def _run_dir(work: Path, run: RunSpec) -> Path:
 
 def _copy_checkpoints(first: Path, second: Path) -> None:
     """The resumed job's folder as a requeued job finds its own: verl's checkpoints and the steps logged
-    (the job resumes from a checkpoint only at or below the last logged step, backends.verl.entry)."""
+    (the job resumes from a checkpoint only at or below the last logged step, backends.verl.command)."""
     from cancelctl.workdir import METRICS_JSONL
 
     second.mkdir(parents=True, exist_ok=True)
@@ -281,7 +281,7 @@ def _copy_checkpoints(first: Path, second: Path) -> None:
 def _check_resumed(case: _Case, work: Path) -> None:
     """verl's own metrics of the resumed job: step 2 trained, step 1 not trained again (a validation
     before training is logged at the resumed step, 1, and is not a training step)."""
-    from cancelctl.backends.verl.entry import VERL_METRICS
+    from cancelctl.backends.verl.command import VERL_METRICS
 
     trained = []
     path = _run_dir(work, case.second) / VERL_METRICS

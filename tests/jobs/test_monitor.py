@@ -243,7 +243,7 @@ def test_bad_lr_spike_variable_is_named(tmp_path, lab_cache, monkeypatch):
 def test_verl_forwarder_path_raises_the_same_alert(tmp_path):
     """verl's file-logger lines (verl's key names) pumped by the job's MetricsForwarder, with the
     run's monitor observing each forwarded step: the same rule stops at the same step as the lab's."""
-    from cancelctl.backends.verl.entry import MetricsForwarder
+    from cancelctl.backends.verl.forward import MetricsForwarder
 
     verl_lines = tmp_path / "verl_metrics.jsonl"
     with open(verl_lines, "w") as fh:

@@ -179,7 +179,7 @@ def test_the_split_group_fix_names_the_overrides_render_writes_for_dfpo(verl_cor
     render writes them for a dfpo run (the golden command), and a micro-batch of whole groups."""
     from project_paths import ROOT
 
-    from losses.verl_plugin import WHOLE_GROUP_OVERRIDES, whole_group_fix
+    from losses.verl_adapter import WHOLE_GROUP_OVERRIDES, whole_group_fix
 
     golden = (ROOT / "tests/backends/verl/golden/group-size__dfpo-min-replace-G=8-s0.txt").read_text().lower()
     assert all(override.lower() in golden.splitlines() for override in WHOLE_GROUP_OVERRIDES)

@@ -1,32 +1,21 @@
 """In-job entry of a verl run: `train(run, run_dir, logger, cache_dir)`, called by cancelctl.jobs.
 
-Runs the rendered `python -m verl.trainer.main_ppo ...` as a child process with three job-local
-changes (see `job_overrides`):
-- checkpoints go to `<run_dir>/checkpoints` and Hydra's output to `<run_dir>/hydra`, so a requeued
-  job resumes (verl's `trainer.resume_mode` is `auto`) and nothing lands in the launch directory;
-- verl logs to its `file` backend instead of MLflow, and this process forwards each step's
-  metrics to cancelctl's RunLogger (metrics.jsonl record + buffered MLflow, `cancelctl sync` for
-  gaps). The metric keys are verl's own, sanitised as verl's MLflow logger does (`@` → `_at_`).
-  `render_command` (the spec's settings alone) has `trainer.logger=[console,mlflow]`: the same
-  metrics, logged by verl; `cancelctl render` of a SLURM run shows this job command.
+Runs verl's job command (command.py: the rendered `python -m verl.trainer.main_ppo ...` with the
+job's checkpoints, Hydra output and file logger in the run folder, resumed from a checkpoint whose
+step the run has logged) as a child process in its own session, and supervises it: while it runs,
+its metrics are forwarded to cancelctl's RunLogger (forward.py: the SPEC keys, the compute keys, the
+spec's monitor rules and the token budget see every step), and its stderr is copied to the job's and
+its tail kept (`StderrTail`), so that a failed verl is reported with the exception a worker raised
+(`root_exception`), not only Ray's wrappers.
 
-The SPEC compute keys (generated tokens, update steps, GPU-hours) are derived from verl's own metrics
-on the way (`compute.ComputeAccount`), so `cancelctl report` has its compute axes for verl runs.
-
-The SPEC mechanism keys (mismatch/*, hacking/J, dfpo/*, cancel/*) are computed inside verl's actor
-update by the `cancel_*` losses (losses/verl_plugin.py) and come out of verl as `actor/<key>` (verl
-prefixes every actor metric); the forwarder logs them under the SPEC keys, as the lab does.
-
-The spec's monitor rules (`cancelctl.jobs.monitor.RunMonitor`) see every forwarded step, as in the lab:
-alerts go to alerts.jsonl, and a `stop` rule ends verl (its checkpoints under `checkpoints/` kept)
-and returns normally, so the job records the run as stopped.
-
-A generated-token budget (`budget.gen_tokens`) ends the same way, at the first step whose
-`compute/gen_tokens_cum` reaches it (`TokenBudget`; verl's own step cap, render.step_cap, is one it
-never reaches first): later steps verl logged are not forwarded, and the run is completed, not
-stopped. verl validates at `trainer.test_freq` steps only, so its last evaluation is the last one at
-or before that step (an update-step budget is a known step count: verl ends there itself, with its
-final validation and checkpoint).
+The child is stopped (SIGTERM to its process group, SIGKILL after a grace: cancelctl.jobs.children,
+which the Ray cluster of a multi-node job uses too) when a monitor `stop` rule fires — its checkpoints
+under `checkpoints/` kept, `train` returns normally and the job records the run as stopped — when the
+generated-token budget is spent (the run is completed, not stopped; verl's own step cap,
+render.step_cap, is one it never reaches first; verl validates at `trainer.test_freq` steps only, so
+its last evaluation is the last one at or before that step; an update-step budget is a known step
+count: verl ends there itself, with its final validation and checkpoint), and when the job is
+signalled (USR2 → submitit requeues, SIGTERM → Terminated; verl resumes from its own checkpoints).
 
 Before verl starts, `check_loss_plugin` checks in this process (same environment as verl's driver and
 workers) that verl will load the loss plugin (its entry point, VERL_USE_EXTERNAL_PLUGINS), without
@@ -43,92 +32,39 @@ own `ray.init` starts a local cluster.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from cancelctl.backends.verl import render
-from cancelctl.backends.verl.compute import GEN_TOKENS_CUM, ComputeAccount
-from cancelctl.backends.verl.data_files import absolute
-from cancelctl.backends.verl.render import config_name, launch_blockers, render_override_set
+from cancelctl.backends.verl.command import VERL_METRICS, job_command, launch_dir_of, resume_overrides, run_files_env
+from cancelctl.backends.verl.compute import ComputeAccount
+from cancelctl.backends.verl.forward import (
+    MetricsForwarder,
+    TokenBudget,
+    last_logged_metrics,
+    last_logged_step,
+    monitored,
+)
+from cancelctl.backends.verl.render import launch_blockers
 from cancelctl.jobs import preemption
+from cancelctl.jobs.children import stop_group
 from cancelctl.jobs.monitor import RunMonitor
 from cancelctl.spec.run import RunSpec
 from cancelctl.tracking.runfiles import iter_metrics_lines
-from cancelctl.workdir import METRICS_JSONL, RUN_JSON
+from cancelctl.workdir import METRICS_JSONL
 
-VERL_METRICS = "verl_metrics.jsonl"
-ROLLOUT_WEIGHTS = "rollout_weights.jsonl"  # cluster.device cpu: the hf_cpu rollout's weight syncs
 POLL_SECONDS = 1.0  # how soon a `stop` rule or a signal reaches verl; a pump reads only new lines
-STOP_GRACE_SECONDS = 30.0
+STOP_GRACE_SECONDS = 30.0  # verl's SIGTERM, then SIGKILL to what is left of its process group
+KILL_WAIT_SECONDS = 10.0
 SIGNAL_GRACE_SECONDS = 1.0  # how long a failed verl waits for the job's own signal to arrive
-_ENV_VARS = "ray_kwargs.ray_init.runtime_env.env_vars"
-# verl's MLflow key sanitising (utils/tracking.py), so keys match what verl itself would log.
-_INVALID_KEY_CHARS = re.compile(r"[^/\w.\- :]")
-_SLASHES = re.compile(r"/+")
-# SPEC mechanism keys the loss plugin logs; verl's _update_actor prefixes them with "actor/".
-MECHANISM_PREFIXES = ("mismatch/", "hacking/", "dfpo/", "cancel/")
-
-
-def job_overrides(run: RunSpec, run_dir: Path, launch_dir: Path | None = None) -> list[str]:
-    """verl's overrides in the job. verl runs in the run folder, so relative data and reward paths
-    are made absolute against `launch_dir` (where `cancelctl sweep` ran; run.json keeps it), and so
-    is a model path that names a folder there (`model prepare`'s models/NAME; a Hub id stays)."""
-    overrides = render_override_set(run)
-    if launch_dir is not None:  # the renderer's own values, made absolute (pkg:// paths stay as they are)
-        for key in ("data.train_files", "data.val_files"):
-            overrides.set(key, [absolute(f, launch_dir) for f in overrides.settings[key].value])
-        model = overrides.settings["actor_rollout_ref.model.path"]
-        model_dir = absolute(model.value, launch_dir)
-        if Path(model_dir).is_dir():
-            overrides.set(model.key, model_dir)
-        reward = overrides.settings.get("reward.custom_reward_function.path")
-        if reward is not None:
-            overrides.set(reward.key, absolute(reward.value, launch_dir))
-    overrides.set("trainer.logger", ["console", "file"])
-    overrides.set("trainer.default_local_dir", str(run_dir / "checkpoints"))
-    overrides.set("hydra.run.dir", str(run_dir / "hydra"))
-    # The file logger lives in verl's TaskRunner and the CPU runtime in every worker (Ray actors, any
-    # node): the job's env goes through Ray's runtime_env as well as our own environment.
-    for name, value in {**render.job_env(run), **run_files_env(run, run_dir)}.items():
-        overrides.set(f"{_ENV_VARS}.{name}", value, add=True)
-    return overrides.lines()
-
-
-def run_files_env(run: RunSpec, run_dir: Path) -> dict[str, str]:
-    """Where verl's processes write into the run folder: the metrics file logger, and on CPU the
-    rollout's weight-sync record (one line per update: version = step + 1 when weights follow)."""
-    env = {"VERL_FILE_LOGGER_PATH": str(run_dir / VERL_METRICS)}
-    if run.spec.cluster.device == "cpu":
-        from cancelctl.backends.verl.cpu import WEIGHT_LOG_ENV
-
-        env[WEIGHT_LOG_ENV] = str(run_dir / ROLLOUT_WEIGHTS)
-    return env
-
-
-def job_command(run: RunSpec, run_dir: Path, python: str | None = None, launch_dir: Path | None = None) -> list[str]:
-    """verl's command in the job; `python`: the job's own interpreter (the one with cancelctl and verl
-    installed; a bare `python3` on a node's PATH may be another), shown as `python3` by `render`."""
-    entry = [python, *render.VERL_ENTRY[1:]] if python else render.VERL_ENTRY
-    return [*entry, "--config-name", config_name(run), *job_overrides(run, run_dir, launch_dir)]
-
-
-def launch_dir_of(run_dir: Path) -> Path:
-    """Where `cancelctl sweep` ran for this run (run.json), else the job's own working directory."""
-    try:
-        recorded = json.loads((Path(run_dir) / RUN_JSON).read_text(encoding="utf-8")).get("launch_dir")
-    except (OSError, ValueError):
-        recorded = None
-    return Path(recorded) if recorded else Path.cwd()
 
 
 def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = None) -> dict[str, float]:
@@ -163,8 +99,9 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     try:
         while proc.poll() is None:
             forwarder.pump()
-            if mon.stopped is not None or budget.reached_at is not None:  # a `stop` rule fired (the run is
-                _stop(proc)  # stopped, not failed), or the token budget is spent (the run is completed)
+            # a `stop` rule fired (the run is stopped, not failed), or the token budget is spent (completed)
+            if mon.stopped is not None or budget.reached_at is not None:
+                stop_group(proc, STOP_GRACE_SECONDS, KILL_WAIT_SECONDS)
                 break
             # USR2 → submitit requeues; SIGTERM → Terminated; either way `finally` stops verl, which
             # resumes from its own checkpoints (trainer.save_freq), so there is nothing to save here.
@@ -177,7 +114,7 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
             forwarder.pump()
         finally:
             if proc.poll() is None:
-                _stop(proc)
+                stop_group(proc, STOP_GRACE_SECONDS, KILL_WAIT_SECONDS)
             stderr.join()
         forwarder.pump()
     if mon.stopped is not None or budget.reached_at is not None:
@@ -240,78 +177,6 @@ def root_exception(lines: Iterable[str]) -> str | None:
     return None
 
 
-def monitored(
-    derive: Callable[[int, dict[str, float]], dict[str, float]], mon: RunMonitor, budget: TokenBudget | None = None
-) -> Callable[[int, dict[str, float]], dict[str, float] | None]:
-    """The forwarder's `derive`: add the compute keys, then let the monitor rules see the step; None
-    (not forwarded) for a step after the one that spent the token budget or fired a `stop` rule: verl
-    trains on until the job's SIGTERM reaches it (on CPU a few steps), and the run ends at the rule's step."""
-
-    def step(s: int, m: dict[str, float]) -> dict[str, float] | None:
-        if budget is not None and budget.reached_at is not None and s > budget.reached_at:
-            return None
-        if mon.stopped is not None and s > mon.stopped.step:
-            return None
-        m = derive(s, m)
-        mon.observe(s, m)  # alerts.jsonl; a stop writes stopped.json and sets mon.stopped
-        if budget is not None:
-            budget.observe(s, m)
-        return m
-
-    return step
-
-
-class TokenBudget:
-    """`budget.gen_tokens` in the job: the first step whose `compute/gen_tokens_cum` reaches it (every
-    rollout of that step counts, so the run overshoots by less than that step's tokens)."""
-
-    def __init__(self, run: RunSpec) -> None:
-        self.amount = run.spec.budget.gen_tokens  # None: no token budget, nothing to watch
-        self.reached_at: int | None = None
-
-    def observe(self, step: int, metrics: dict[str, float]) -> None:
-        if self.amount is not None and self.reached_at is None and metrics.get(GEN_TOKENS_CUM, 0.0) >= self.amount:
-            self.reached_at = step
-
-    def reached_before(self, compute: ComputeAccount, logged: int) -> bool:
-        """Whether the steps an earlier attempt logged already spent the budget."""
-        return self.amount is not None and logged > 0 and compute.gen_tokens_through(logged) >= self.amount
-
-
-def last_logged_metrics(metrics_jsonl: Path) -> dict[str, float]:
-    """The metrics of the last step an earlier attempt logged (its last line for that step)."""
-    last: dict[int, dict[str, float]] = {}
-    for line in iter_metrics_lines(metrics_jsonl):
-        last[line.step] = {**last.get(line.step, {}), **line.metrics}
-    return last[max(last)] if last else {}
-
-
-def last_logged_step(metrics_jsonl: Path) -> int:
-    """The last step an earlier attempt logged (0 when none): where the monitor's replay ends."""
-    return max((line.step for line in iter_metrics_lines(metrics_jsonl)), default=0)
-
-
-def resume_overrides(checkpoints: Path, logged: int) -> list[str]:
-    """Where a resumed verl starts: its newest checkpoint whose step the run has logged.
-
-    verl saves a step's checkpoint before it logs the step, so a job killed in between leaves a
-    checkpoint ahead of the metrics, and verl's `auto` resume would skip that step's metrics for good.
-    An older checkpoint replays the step instead (the forwarder skips the steps already logged); with
-    none at or below `logged`, verl starts over. [] when `auto` already picks a logged step."""
-    marker = checkpoints / "latest_checkpointed_iteration.txt"  # verl writes it once a save is whole
-    try:
-        latest = int(marker.read_text().strip())
-    except (OSError, ValueError):
-        return []
-    if latest <= logged:
-        return []
-    steps = (p.name.removeprefix("global_step_") for p in checkpoints.glob("global_step_*"))
-    usable = [int(step) for step in steps if step.isdigit() and int(step) <= logged]  # older than `latest`, so whole
-    if not usable:
-        return ["trainer.resume_mode=disable"]
-    return ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={checkpoints / f'global_step_{max(usable)}'}"]
-
-
 def check_loss_plugin() -> None:
     """Fail before verl starts, in one sentence with the fix, if verl would not load our losses (its
     entry point missing, or VERL_USE_EXTERNAL_PLUGINS excluding it). Checked without importing verl:
@@ -340,89 +205,3 @@ def inactive_plugin() -> str | None:
     except PluginNotActive as exc:
         return f"verl cannot run the cancel_* losses: {exc}"
     return None
-
-
-def spec_key(key: str) -> str:
-    """verl's `actor/dfpo/asym` → the SPEC's `dfpo/asym`; other keys unchanged."""
-    inner = key[len("actor/") :] if key.startswith("actor/") else None
-    return inner if inner is not None and inner.startswith(MECHANISM_PREFIXES) else key
-
-
-class MetricsForwarder:
-    """Tails verl's file-logger JSONL ({"step": n, "data": {...}} per line) into a RunLogger."""
-
-    def __init__(
-        self,
-        path: Path,
-        logger: Any,
-        derive: Callable[[int, dict[str, float]], dict[str, float] | None] | None = None,
-        skip_through: int = -1,
-    ):
-        self.path = Path(path)
-        self.logger = logger
-        self.derive = derive  # adds derived keys (the SPEC compute keys) to a step's metrics
-        self.skip_through = skip_through  # steps an earlier attempt logged: a resumed verl replays them
-        self.replayed: set[int] = set()
-        self.offset = 0
-        self.last: dict[str, float] = {}
-        self.skipped_keys: set[str] = set()
-
-    def pump(self) -> int:
-        """Forward the complete lines written since the last call; returns how many steps."""
-        if not self.path.exists():
-            return 0
-        if self.path.stat().st_size < self.offset:  # rewritten from scratch: start over
-            self.offset = 0
-        with self.path.open("rb") as fh:
-            fh.seek(self.offset)
-            chunk = fh.read()
-        complete = chunk[: chunk.rfind(b"\n") + 1]  # a half-written last line waits for the next pump
-        self.offset += len(complete)
-        steps = 0
-        for raw in complete.splitlines():
-            if not raw.strip():
-                continue
-            record = json.loads(raw)
-            metrics = self._numeric(record.get("data") or {})
-            step = int(record["step"])
-            if metrics and step <= self.skip_through:
-                self.replayed.add(step)
-            elif metrics:
-                if self.derive is not None:
-                    metrics = self.derive(step, metrics)
-                    if metrics is None:  # past the step the run ended at
-                        continue
-                self.logger.log(step, metrics)
-                self.last = metrics
-                steps += 1
-        return steps
-
-    def _numeric(self, data: dict) -> dict[str, float]:
-        out = {}
-        for key, value in data.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue  # tables / strings: MLflow metrics are numbers
-            name = spec_key(sanitize_key(str(key)))
-            if not name or name.startswith("/") or name.endswith("/") or os.path.normpath(name) != name:
-                self.skipped_keys.add(str(key))
-                continue
-            out[name] = float(value)
-        return out
-
-
-def sanitize_key(key: str) -> str:
-    return _INVALID_KEY_CHARS.sub("_", _SLASHES.sub("/", key.replace("@", "_at_")))[:250]
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM the child's process group, SIGKILL it after a grace period."""
-    for sig, wait in ((signal.SIGTERM, STOP_GRACE_SECONDS), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue

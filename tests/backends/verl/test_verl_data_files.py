@@ -14,7 +14,7 @@ from project_paths import EXPERIMENTS
 from typer.testing import CliRunner
 
 from cancelctl.backends.verl.data_files import data_problems, scored_by_cancelctl
-from cancelctl.backends.verl.entry import job_overrides
+from cancelctl.backends.verl.command import job_overrides
 from cancelctl.backends.verl.render import render_overrides
 from cancelctl.cli import app
 from cancelctl.data.rewards import REWARD_MODULE

@@ -14,8 +14,11 @@ import pytest
 from verl_helpers import as_dict
 
 from cancelctl.jobs import preemption
-from cancelctl.backends.verl import entry, render
-from cancelctl.backends.verl.entry import MetricsForwarder, job_command, sanitize_key, train
+from cancelctl.jobs.children import stop_group
+from cancelctl.backends.verl import command, entry, forward, render
+from cancelctl.backends.verl.command import job_command
+from cancelctl.backends.verl.entry import train
+from cancelctl.backends.verl.forward import MetricsForwarder, sanitize_key
 
 FAKE_VERL = textwrap.dedent(
     """
@@ -83,7 +86,7 @@ def test_train_runs_verl_and_forwards_metrics(make_run, fake_verl):
     o = as_dict(argv[2:])
     assert o["trainer.logger"] == "[console,file]"
     assert o["trainer.default_local_dir"] == str(fake_verl / "checkpoints")
-    assert o["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] == str(fake_verl / entry.VERL_METRICS)
+    assert o["ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] == str(fake_verl / command.VERL_METRICS)
 
 
 def test_the_evaluation_before_training_is_forwarded_as_step_0(make_run, fake_verl, monkeypatch):
@@ -141,11 +144,13 @@ def test_steps_verl_logs_after_a_monitor_stop_are_not_forwarded(tmp_path):
     from cancelctl.spec.monitor import MonitorSpec
 
     path = tmp_path / "verl_metrics.jsonl"
-    line = lambda s: json.dumps({"step": s, "data": {"actor/pg_loss": "NaN" if s == 2 else 0.5 / s}}) + "\n"
+    def line(s):
+        return json.dumps({"step": s, "data": {"actor/pg_loss": "NaN" if s == 2 else 0.5 / s}}) + "\n"
+
     path.write_text("".join(line(s) for s in (1, 2, 3)).replace('"NaN"', "NaN"))
     mon = RunMonitor(MonitorSpec(), tmp_path)
     logger = ListLogger()
-    fwd = MetricsForwarder(path, logger, entry.monitored(lambda s, m: m, mon))
+    fwd = MetricsForwarder(path, logger, forward.monitored(lambda s, m: m, mon))
     assert fwd.pump() == 2 and mon.stopped is not None and mon.stopped.step == 2
     with path.open("a") as fh:  # verl still running while the job waits for it to end
         fh.write("".join(line(s) for s in (4, 5, 6)))
@@ -165,11 +170,11 @@ def test_a_resumed_verl_starts_from_its_newest_checkpoint_whose_step_was_logged(
     """verl saves step 4's checkpoint before it logs step 4: killed in between, auto resume would
     start at step 5 and step 4's metrics would never be logged — an older checkpoint replays it."""
     folder = checkpoints(tmp_path, [2, 4], latest=4)
-    assert entry.resume_overrides(folder, logged=4) == []  # verl's own auto resume is right
-    assert entry.resume_overrides(folder, logged=3) == [
+    assert command.resume_overrides(folder, logged=4) == []  # verl's own auto resume is right
+    assert command.resume_overrides(folder, logged=3) == [
         "trainer.resume_mode=resume_path", f"trainer.resume_from_path={folder / 'global_step_2'}"]
-    assert entry.resume_overrides(folder, logged=1) == ["trainer.resume_mode=disable"]  # replay it all
-    assert entry.resume_overrides(tmp_path / "none", logged=0) == []  # a first attempt
+    assert command.resume_overrides(folder, logged=1) == ["trainer.resume_mode=disable"]  # replay it all
+    assert command.resume_overrides(tmp_path / "none", logged=0) == []  # a first attempt
 
 
 def test_root_exception_is_the_workers_own_not_rays_wrapper_nor_the_trainers():
@@ -196,7 +201,7 @@ def test_root_exception_is_the_workers_own_not_rays_wrapper_nor_the_trainers():
 
 
 def test_previous_attempts_file_is_not_forwarded_again(make_run, fake_verl):
-    (fake_verl / entry.VERL_METRICS).write_text('{"step": 1, "data": {"old": 1}}\n' * 5)
+    (fake_verl / command.VERL_METRICS).write_text('{"step": 1, "data": {"old": 1}}\n' * 5)
     logger = ListLogger()
     train(make_run(), fake_verl, logger)
     assert all("old" not in m for _, m in logger.points)
@@ -313,15 +318,32 @@ def test_last_logged_step(tmp_path):
     from cancelctl.tracking.runfiles import encode_metrics_line
 
     path = tmp_path / "metrics.jsonl"
-    assert entry.last_logged_step(path) == 0
+    assert forward.last_logged_step(path) == 0
     path.write_bytes(b"".join(encode_metrics_line(s, 0, {"x": 1.0}) for s in (1, 2, 3, 2)))
-    assert entry.last_logged_step(path) == 3
+    assert forward.last_logged_step(path) == 3
 
 
 def test_stop_kills_the_process_group():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    entry._stop(proc)
+    """SIGTERM first (verl may exit on it); what is left of the group is SIGKILLed: a grandchild that
+    ignores SIGTERM does not outlive the stop."""
+    grandchild = "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(os.getpid(), flush=True); time.sleep(60)"
+    code = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {grandchild!r}]); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    pid = int(proc.stdout.readline())  # the grandchild ignores SIGTERM from here on
+    stop_group(proc, entry.STOP_GRACE_SECONDS, entry.KILL_WAIT_SECONDS)
     assert proc.returncode == -signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"  # a zombie is dead, waiting for init to reap it
+    except FileNotFoundError:
+        return False
 
 
 def test_train_checks_the_loss_plugin_before_starting_verl(make_run, fake_verl, monkeypatch):
@@ -360,7 +382,7 @@ def test_inactive_plugin_tells_a_plugin_verl_did_not_load(monkeypatch):
 
 
 def test_spec_keys_are_unprefixed_others_kept():
-    assert entry.spec_key("actor/mismatch/rho_std") == "mismatch/rho_std"
-    assert entry.spec_key("actor/hacking/J") == "hacking/J"
-    assert entry.spec_key("actor/pg_loss") == "actor/pg_loss"
-    assert entry.spec_key("critic/dfpo/x") == "critic/dfpo/x"
+    assert forward.spec_key("actor/mismatch/rho_std") == "mismatch/rho_std"
+    assert forward.spec_key("actor/hacking/J") == "hacking/J"
+    assert forward.spec_key("actor/pg_loss") == "actor/pg_loss"
+    assert forward.spec_key("critic/dfpo/x") == "critic/dfpo/x"
