@@ -54,6 +54,7 @@ from cancelctl.backends.verl.forward import (
     monitored,
 )
 from cancelctl.backends.verl.render import launch_blockers
+from cancelctl.installed import installed
 from cancelctl.jobs import preemption
 from cancelctl.jobs.children import stop_group
 from cancelctl.jobs.monitor import RunMonitor
@@ -180,28 +181,34 @@ def root_exception(lines: Iterable[str]) -> str | None:
 def check_loss_plugin() -> None:
     """Fail before verl starts, in one sentence with the fix, if verl would not load our losses (its
     entry point missing, or VERL_USE_EXTERNAL_PLUGINS excluding it). Checked without importing verl:
-    that costs ~11 CPU-s, once more per run than verl's own processes pay."""
+    that costs seconds of CPU, once more per run than verl's own processes pay."""
     from losses.verl_entry_point import PluginNotActive, assert_declared
 
     try:
         assert_declared()
     except PluginNotActive as exc:
-        raise RuntimeError(f"verl cannot run the cancel_* losses: {exc}") from None
+        raise RuntimeError(f"{_cannot_run_our_losses()}: {exc}") from None
 
 
 def inactive_plugin() -> str | None:
     """After verl failed: whether the plugin failed to load in verl (verl logs that only at DEBUG, and
     then fails on an unknown cancel_* loss or trains dfpo without group ids), as the sentence to show."""
-    try:
-        import verl  # noqa: F401  (~11 s: only on this path)
-    except ImportError:
+    if not installed("verl"):
         return None  # verl itself is missing: its own error says so
+    import verl  # noqa: F401 — loads the plugins as verl's processes do (seconds: only on this failure path)
+
     try:
         from losses.verl_plugin import PluginNotActive, assert_active
     except Exception as exc:  # noqa: BLE001 — what verl's plugin loader met and logged at DEBUG
-        return f"verl cannot run the cancel_* losses: importing losses.verl_plugin fails ({type(exc).__name__}: {exc})"
+        return f"{_cannot_run_our_losses()}: importing losses.verl_plugin fails ({type(exc).__name__}: {exc})"
     try:
         assert_active()
     except PluginNotActive as exc:
-        return f"verl cannot run the cancel_* losses: {exc}"
+        return f"{_cannot_run_our_losses()}: {exc}"
     return None
+
+
+def _cannot_run_our_losses() -> str:
+    from losses.catalog import VERL_LOSS_PREFIX  # on failure paths only: `losses` imports torch
+
+    return f"verl cannot run the {VERL_LOSS_PREFIX}* losses"
