@@ -3,9 +3,11 @@
 1. YAML + pydantic schema (file:line:col, field path), 2. sweep expansion and the compute-matched
 check, 3. for verl runs, composing each unique override set against verl's installed Hydra config
 (offline), 4. their data files: what verl reads in every row, and the prompts verl keeps under
-`data.max_prompt_length` with the model's tokenizer and chat template (`verl.prompt_lengths`). Layer 3
-is reported as skipped when verl is not installed (CI installs it); the prompt count when the
-tokenizer is not on this machine; layer 4 with --skip-data.
+`data.max_prompt_length` with the model's tokenizer and chat template (`verl.prompt_lengths`), 5. each
+verl configuration's per-GPU memory against `cluster.gpu_memory_gb`, from the model's config.json
+(`verl.memory_check`). Layer 3 is reported as skipped when verl is not installed (CI installs it); the
+prompt count when the tokenizer is not on this machine; layer 4 with --skip-data; layer 5 when the
+config.json is not on this machine.
 
 It sits with the backends because layer 3 is a backend's own check: layers 1 and 2 are the spec
 wing's (`cancelctl.spec.expand`), which never imports a backend.
@@ -37,6 +39,7 @@ class ValidationReport:
     files: list[FileResult]
     verl_status: str = ""
     data_status: str = ""  # why the prompts' lengths were not measured, said once ('' when they were)
+    memory_status: str = ""  # why GPU memory was not estimated, said once ('' when it was)
 
     @property
     def ok(self) -> bool:
@@ -44,12 +47,13 @@ class ValidationReport:
 
 
 def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_verl: bool = True,
-                   check_data: bool = True, model: str | None = None,
+                   check_data: bool = True, check_memory: bool = True, model: str | None = None,
                    progress: Callable[[str], None] | None = None) -> ValidationReport:
     """Validate each file; `progress(message)` hears each step (composing verl configs takes seconds).
     `check_data`: the verl runs' data files are read here (see `backends.verl.data_files`), and their
     prompts measured with the model's tokenizer (`backends.verl.prompt_lengths`; `model` stands in for
-    the specs' model.path, as `smoke --model` does)."""
+    the specs' model.path, as `smoke --model` does). `check_memory`: each configuration's per-GPU
+    memory estimate against the GPU (`backends.verl.memory_check`)."""
     results: list[FileResult] = []
     verl_runs: dict[Path, list] = {}
     sweeps = {}
@@ -69,7 +73,7 @@ def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_
         if runs:
             verl_runs[path] = runs
             sweeps[path] = sweep
-    status = data_status = ""
+    status = data_status = memory_status = ""
     if verl_runs:
         status = _compose_verl(results, verl_runs, progress) if compose_verl else "verl layer skipped (--skip-verl)"
         if check_data:
@@ -79,7 +83,9 @@ def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_
             data_status = _check_prompt_lengths(results, sweeps, verl_runs, model)
         else:
             status = "; ".join(filter(None, [status, "data files not read (--skip-data)"]))
-    return ValidationReport(results, status, data_status)
+        if check_memory:
+            memory_status = _check_memory(results, sweeps, verl_runs)
+    return ValidationReport(results, status, data_status, memory_status)
 
 
 def _check_data(results: list[FileResult], sweeps: dict, verl_runs: dict[Path, list]) -> None:
@@ -124,6 +130,44 @@ def _check_prompt_lengths(results: list[FileResult], sweeps: dict, verl_runs: di
             item.ok = False
             item.lines += list(refusals)
         item.note += "".join(f"; warning: {w}" for w in warnings)
+    return skipped
+
+
+def _check_memory(results: list[FileResult], sweeps: dict, verl_runs: dict[Path, list]) -> str:
+    """Every configuration fits its GPUs: a refusal at the line of the field (the breakdown and the
+    levers), a warning within 10% of the GPU; why the memory was not estimated (said once), or ''."""
+    from cancelctl.backends.verl.memory_check import estimate_runs
+
+    skipped = ""
+    for item in results:
+        runs, sweep = verl_runs.get(item.path, []), sweeps.get(item.path)
+        if not runs:
+            continue
+        checks, why = estimate_runs(runs)
+        skipped = skipped or why
+        refusals: dict[str, list[str]] = {}  # "where: message" (where: its first configuration's) -> configurations
+        first: dict[str, str] = {}
+        warnings: dict[str, list[str]] = {}
+        for run in runs:
+            check = checks.get(run.run_id)
+            if check is None:
+                continue
+            if (refusal := check.refusal()) is not None:
+                where = first.setdefault(refusal, f"{sweep.location_of(run.arm, check.field)}: {refusal}")
+                of = refusals.setdefault(where, [])
+            elif (warning := check.warning()) is not None:
+                of = warnings.setdefault(warning, [])
+            else:
+                continue
+            label = ", ".join(filter(None, [f"arm {run.arm}", run.group]))
+            if label not in of:
+                of.append(label)
+        if refusals:
+            title = "configurations that do not fit the GPU's memory"
+            item.title = title if item.ok else f"{item.title}; {title}"
+            item.ok = False
+            item.lines += [f"{refusal} [{'; '.join(of)}]" for refusal, of in refusals.items()]
+        item.note += "".join(f"; warning: {w} [{'; '.join(of)}]" for w, of in warnings.items())
     return skipped
 
 

@@ -49,7 +49,7 @@ def _print_validation(report) -> None:
                 err_console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
             if len(item.lines) > 20:
                 err_console.print(f"  ... and {len(item.lines) - 20} more", highlight=False)
-    for status in filter(None, [report.verl_status, report.data_status]):
+    for status in filter(None, [report.verl_status, report.data_status, report.memory_status]):
         console.print(Text(status, style="dim"), highlight=False, soft_wrap=True)  # a status quotes `[extra]`s
 
 
@@ -58,11 +58,13 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     allow_unmatched: bool = typer.Option(False, help="Accept arms that are not compute-matched."),
 ) -> None:
-    """List the runs a sweep expands to, with stable run ids and planned compute (with --json, also the
+    """List the runs a sweep expands to, with stable run ids, planned compute and each verl configuration's
+    estimated GPU memory per GPU, where the model's config.json is on this machine (with --json, also the
     prompts verl keeps under max_prompt_length, where the data and the tokenizer are on this machine)."""
     from cancelctl.spec.batching import minibatch_order, minibatch_order_note
 
     sweep = load_sweep_file(path, allow_unmatched=allow_unmatched)
+    memory, memory_skipped = _gpu_memory(sweep)
     if as_json:
         rows = [
             {
@@ -87,8 +89,10 @@ def plan(
         lengths, skipped = _prompt_lengths(sweep)
         for row in rows:
             row["prompt_lengths"] = lengths.get(row["run_id"])
+            row["gpu_memory"] = memory[row["run_id"]].to_json() if row["run_id"] in memory else None
         typer.echo(json.dumps({"sweep": sweep.name, "baseline": sweep.spec.baseline, "runs": rows,
-                               "prompt_lengths_skipped": skipped or None}, indent=2))
+                               "prompt_lengths_skipped": skipped or None,
+                               "gpu_memory_skipped": memory_skipped or None}, indent=2))
         return
     axes = list(sweep.runs[0].axes) if sweep.runs else []
     table = Table(title=f"{sweep.name}: {len(sweep.runs)} runs", title_justify="left", box=None, pad_edge=False)
@@ -97,6 +101,8 @@ def plan(
         table.add_column(col, no_wrap=True)
     for col in ("budget", "gen tokens", "updates"):
         table.add_column(col, no_wrap=True, justify="right")
+    if memory:
+        table.add_column("GPU memory (GiB per GPU)", no_wrap=True)
     for r in sweep.runs:
         c = r.planned_compute()
         table.add_row(
@@ -104,8 +110,11 @@ def plan(
             r.spec.algorithm.loss, f"{r.spec.algorithm.clip_low:g}/{r.spec.algorithm.clip_high:g}",
             minibatch_order_note(r.spec), _budget(r.spec.budget), _si(c["gen_tokens"]),
             "at the budget" if c["update_steps"] is None else f"{c['update_steps']:,}",  # known when the run ends
+            *([_memory_cell(memory.get(r.run_id))] if memory else []),
         )
     console.print(table)
+    if memory_skipped:
+        console.print(Text(memory_skipped, style="dim"), highlight=False, soft_wrap=True)
     for w in sweep.warnings:
         say(err_console, "NOT compute-matched:", "yellow", w)
 
@@ -119,6 +128,21 @@ def _prompt_lengths(sweep) -> tuple[dict[str, list[dict]], str]:
 
     checks, skipped = measure_runs(sweep.runs)
     return {run_id: [c.to_json() for c in found] for run_id, found in checks.items()}, skipped
+
+
+def _gpu_memory(sweep) -> tuple[dict, str]:
+    """Each GPU verl run's memory estimate (backends.verl.memory_check), and why it was not estimated."""
+    if not any(r.spec.backend == "verl" for r in sweep.runs):
+        return {}, ""  # the lab runs on this machine's CPU: no GPU memory
+    from cancelctl.backends.verl.memory_check import estimate_runs
+
+    return estimate_runs(sweep.runs)
+
+
+def _memory_cell(check) -> Text:
+    if check is None:
+        return Text("-")
+    return Text(check.note(), style="bold red" if check.problem else "")
 
 
 BUDGET_UNITS = {"steps": "steps", "gen_tokens": "tokens", "update_steps": "updates"}
@@ -203,7 +227,8 @@ def smoke(
     check_executor_name(executor)
     sweep = load_sweep_file(path, allow_unmatched=True)  # compute matching is the sweep's business, not the smoke's
     # the data files and their prompts' lengths, before any job
-    checked = validate_files([path], allow_unmatched=True, compose_verl=False, model=model)
+    # GPU memory is validate's: the smoke runs a tiny model of the family on CPU
+    checked = validate_files([path], allow_unmatched=True, compose_verl=False, check_memory=False, model=model)
     if not checked.ok:
         _print_validation(checked)
         raise typer.Exit(2)

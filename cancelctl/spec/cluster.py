@@ -59,6 +59,10 @@ class ClusterSpec(Strict):
         description="verl: cuda (GPUs), or cpu: verl's whole loop on CPU cores, one training rank per node, "
         "with cancelctl's CPU platform and Hugging Face rollout (tiny models: tests, smoke runs); requests no GPU",
     )
+    gpu_memory_gb: float = Field(
+        80, gt=0, description="memory of one GPU, as its name gives it (an H100 80GB: 80): validate refuses a verl "
+        "configuration whose estimated per-GPU peak exceeds it"
+    )
     cpus_per_task: int = Field(1, ge=1)
     mem_gb: float | None = Field(None, gt=0)
     time_min: int = Field(60, ge=1)
@@ -74,7 +78,7 @@ class ClusterSpec(Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler) -> dict[str, Any]:
-        return without_defaults(handler(self), {"device": "cuda"})
+        return without_defaults(handler(self), {"device": "cuda", "gpu_memory_gb": 80})
 
     @model_validator(mode="after")
     def _cpu_requests_no_gpu(self) -> ClusterSpec:
