@@ -110,6 +110,8 @@ def test_plan_json_carries_the_counts(here, model_dir):
     assert train["files"] == [{"file": "data/train.parquet", "prompts": 20, "kept": 16, "dropped": 4,
                                "shortest": 10 + CHATML_TOKENS, "longest": 29 + CHATML_TOKENS}]
     assert (val["kept"], val["refused"]) == (1, False) and plan["prompt_lengths_skipped"] is None
+    table = runner.invoke(app, ["plan", sweep.name], env={"COLUMNS": "400"})
+    assert table.exit_code == 0 and "train 16/20 · val 1/2" in table.output, table.output
 
 
 def test_a_tokenizer_not_on_this_machine_skips_the_check_said_once(here, monkeypatch, tmp_path):
@@ -122,6 +124,8 @@ def test_a_tokenizer_not_on_this_machine_skips_the_check_said_once(here, monkeyp
                                                  "is neither a folder here nor in the Hugging Face cache") == 1
     plan = json.loads(runner.invoke(app, ["plan", "--json", sweep.name]).output)
     assert plan["runs"][0]["prompt_lengths"] is None and "org/not-cached" in plan["prompt_lengths_skipped"]
+    table = " ".join(runner.invoke(app, ["plan", sweep.name]).output.split())
+    assert "prompts kept" not in table and "model 'org/not-cached' is neither a folder here" in table
 
 
 @pytest.mark.verl  # the tokenizer needs transformers (the verl extra)
