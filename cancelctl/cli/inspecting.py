@@ -103,6 +103,9 @@ def plan(
         table.add_column(col, no_wrap=True, justify="right")
     if memory:
         table.add_column("GPU memory (GiB per GPU)", no_wrap=True)
+    lengths, lengths_skipped = _prompt_lengths(sweep)
+    if lengths:
+        table.add_column("prompts kept", no_wrap=True)
     for r in sweep.runs:
         c = r.planned_compute()
         table.add_row(
@@ -111,8 +114,11 @@ def plan(
             minibatch_order_note(r.spec), _budget(r.spec.budget), _si(c["gen_tokens"]),
             "at the budget" if c["update_steps"] is None else f"{c['update_steps']:,}",  # known when the run ends
             *([_memory_cell(memory.get(r.run_id))] if memory else []),
+            *([_prompts_cell(lengths.get(r.run_id))] if lengths else []),
         )
     console.print(table)
+    if lengths_skipped:
+        console.print(Text(lengths_skipped, style="dim"), highlight=False, soft_wrap=True)
     if memory_skipped:
         console.print(Text(memory_skipped, style="dim"), highlight=False, soft_wrap=True)
     for w in sweep.warnings:
@@ -137,6 +143,16 @@ def _gpu_memory(sweep) -> tuple[dict, str]:
     from cancelctl.backends.verl.memory_check import estimate_runs
 
     return estimate_runs(sweep.runs)
+
+
+def _prompts_cell(checks: list[dict] | None) -> Text:
+    """"train 16,837/17,398 · val 38/38": prompts verl keeps under max_prompt_length, of those in the files."""
+    from cancelctl.backends.verl.prompt_lengths import TRAIN
+
+    if not checks:
+        return Text("-")
+    text = " · ".join(f"{'train' if c['field'] == TRAIN else 'val'} {c['kept']:,}/{c['prompts']:,}" for c in checks)
+    return Text(text, style="bold red" if any(c["refused"] for c in checks) else ("yellow" if any(c["dropped"] for c in checks) else ""))
 
 
 def _memory_cell(check) -> Text:
