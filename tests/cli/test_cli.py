@@ -181,14 +181,14 @@ def test_every_arm_of_the_verl_experiments_plans(tmp_path, name, experiment_data
 
 
 def test_verl_runs_the_backend_cannot_run_are_refused_before_submission(tmp_path, monkeypatch, experiment_data):
-    """What `unsupported_on_verl` reports is refused at sweep time (exit 2, file:line of each arm), not
-    after its job got GPUs; the spec itself stays valid."""
-    from cancelctl.backends.verl import render
+    """What the verl planning hook refuses (a data problem, planted here) is refused at sweep time
+    (exit 2, file:line of each arm), not after its job got GPUs; the spec itself stays valid."""
+    from cancelctl.backends.verl import data_files
 
     def unsupported(run):
-        return ["algorithm.loss dfpo: stand-in reason"] if run.spec.algorithm.loss == "dfpo" else []
+        return [("algorithm.loss dfpo", "stand-in reason")] if run.spec.algorithm.loss == "dfpo" else []
 
-    monkeypatch.setattr(render, "unsupported_on_verl", unsupported)
+    monkeypatch.setattr(data_files, "data_problems", unsupported)
     workdir = tmp_path / "work"
     result = runner.invoke(app, ["sweep", str(EXPERIMENTS / "group-size.yaml"), "--workdir", str(workdir), "--dry-run"])
     assert result.exit_code == 2 and "Traceback" not in result.output

@@ -36,12 +36,12 @@ def test_verl_refuses_what_it_cannot_run_yet_before_anything_is_written(write_ya
     sweep = load_sweep(path, allow_unmatched=True)
     # every loss runs on verl today (dfpo gets its group ids): the verl hook refuses nothing ...
     assert len(launch_sweep(sweep, workdir=tmp_path / "ok", dry_run=True).submitted) == 4
-    # ... and what its renderer declares unsupported is refused through planning, naming the arm
-    from cancelctl.backends.verl import render
+    # ... and what its planning hook refuses (here a planted data problem) is refused naming the arm
+    from cancelctl.backends.verl import data_files
 
     monkeypatch.setattr(
-        render, "unsupported_on_verl",
-        lambda run: ["algorithm.loss dfpo: planted refusal"] if run.spec.algorithm.loss == "dfpo" else [],
+        data_files, "data_problems",
+        lambda run: [("algorithm.loss dfpo", "planted refusal")] if run.spec.algorithm.loss == "dfpo" else [],
     )
     with pytest.raises(SpecError) as caught:
         launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True)

@@ -26,7 +26,6 @@ _EXPORTS = {
     "launch_blockers": "render",
     "render_command": "render",
     "render_overrides": "render",
-    "unsupported_on_verl": "render",
 }
 
 

@@ -1,5 +1,6 @@
-"""The verl backend's planning hook: runs it cannot launch yet, or whose data files verl could not
-read, are refused before submission (`launch_refusals`, found and called by `cancelctl.launch.preflight`)."""
+"""The verl backend's planning hook: runs whose data files verl could not read are refused before
+submission (`launch_refusals`, found and called by `cancelctl.launch.preflight`). Every loss and
+batching strategy runs on verl; the combinations that cannot work are refused at render."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ if TYPE_CHECKING:
 
 def launch_refusals(run: RunSpec) -> list[str]:
     from cancelctl.backends.verl.data_files import data_problems
-    from cancelctl.backends.verl.render import unsupported_on_verl
 
     # a missing or unreadable data file fails verl only once the job holds its GPUs
-    return [*unsupported_on_verl(run), *(f"{field}: {problem}" for field, problem in data_problems(run))]
+    return [f"{field}: {problem}" for field, problem in data_problems(run)]

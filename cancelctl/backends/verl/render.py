@@ -127,13 +127,6 @@ def render_override_set(run: RunSpec) -> OverrideSet:
     return out
 
 
-def unsupported_on_verl(run: RunSpec) -> list[str]:
-    """Always empty: every loss and batching strategy runs on verl (the combinations that cannot work
-    are refused at render). Dead code, kept only while `planning.launch_refusals` still calls it;
-    it goes with that call."""
-    return []
-
-
 def launch_blockers(run: RunSpec) -> list[str]:
     """Why this run cannot start in this job, though its config composes (empty = ready)."""
     blockers = []

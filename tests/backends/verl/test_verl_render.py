@@ -16,7 +16,6 @@ from cancelctl.backends.verl import (
     launch_blockers,
     render_command,
     render_overrides,
-    unsupported_on_verl,
     validate_runs,
 )
 from cancelctl.backends.verl import compose as compose_module
@@ -145,7 +144,6 @@ def test_reward_balanced_renders_v1_sampler_and_launches(make_run):
     assert "+trainer.v1.sampler.sampler_kwargs.min_frac=0.3" in lines
     assert o["data.gen_batch_size"] == "1"
     assert "trainer.v1.trainer_mode" not in o  # grpo: verl's own sync trainer and order
-    assert unsupported_on_verl(run) == []
     assert not any("sampler" in b for b in launch_blockers(run))
 
 
@@ -155,10 +153,6 @@ def test_reward_balanced_dfpo_keeps_groups_whole(make_run):
     assert o["trainer.v1.sampler.custom_sampler.name"] == "RewardBalancedReplayBuffer"
     assert o["trainer.v1.trainer_mode"] == "cancelctl"
     assert "+trainer.v1.cancelctl.batching=query_preserved" in lines
-
-
-def test_dfpo_is_no_longer_refused(make_run):
-    assert unsupported_on_verl(make_run("{algorithm: {loss: dfpo}}")) == []
 
 
 def test_sign_split_renders_the_cancelctl_trainer(make_run):
