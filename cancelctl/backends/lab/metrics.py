@@ -19,6 +19,7 @@ import losses
 from cancelctl.backends.lab.policy import TinyCausalLM, response_forward
 from cancelctl.backends.lab.rollout import prompt_block
 from cancelctl.backends.lab.task import PAD_ID, STOI, TEMPLATE, ArithmeticTask, Problem
+from cancelctl.spec.metric_keys import REWARD_KEY
 from cancelctl.stats.pass_at_k import mean_pass_at_k, pass_ks
 from losses.metrics import boost_share, bucket_energy, frequency_buckets, token_flips
 
@@ -31,7 +32,7 @@ TEMPLATE_BOOST_KEY = "cancel/boost_template"  # [C §3.2]: the template's share 
 
 # Logged at every training step (SPEC "Per-step metrics", verl's names); eval adds `eval_metrics`.
 STEP_KEYS = (
-    "critic/score/mean",
+    REWARD_KEY,
     "actor/entropy",
     "response_length/mean",
     "actor/pg_loss",

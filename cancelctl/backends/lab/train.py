@@ -26,6 +26,7 @@ import losses
 from cancelctl.backends.lab import checkpoint, warmstart
 from cancelctl.backends.lab.batching import RewardBalancedBuffer, holds_whole_groups, minibatches
 from cancelctl.spec.batching import minibatch_order
+from cancelctl.spec.metric_keys import REWARD_KEY
 from cancelctl.backends.lab.metrics import (
     STEP_KEYS,
     LogOddsProbe,
@@ -306,7 +307,7 @@ class LabRun:
         self.progress.discarded_cum += discarded
         n = batch.size
         return batch, {
-            "critic/score/mean": float(rewards.mean()),
+            REWARD_KEY: float(rewards.mean()),
             "response_length/mean": float(lengths.mean()),
             "compute/gen_tokens": float(gen_tokens),
             "batching/generated_rollouts": float(len(rewards)),
