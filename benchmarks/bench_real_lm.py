@@ -35,7 +35,7 @@ from bench_verl_e2e import PHASES, run_arm  # noqa: E402
 
 MODEL = "smollm2-135m"
 DATA = "chain_sum_small"
-# mean |log-prob difference| of rollout and trainer by rollout.precision: fp32 on both sides is rounding; a bf16
+# verl's mean |probability difference| of rollout and trainer by rollout.precision: fp32 on both sides is rounding; bf16
 # rollout against the fp32 trainer read 0.006-0.02 a step on real-lm's gspo (the mismatch it is there for)
 PROBS_DIFF_MAX = {"fp32": 1e-3, "bf16": 0.05, "fp16": 0.05}
 

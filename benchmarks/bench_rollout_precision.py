@@ -8,8 +8,9 @@
   dtypes generate the same number of tokens) — in generated tokens per second;
 - the log-prob pass: one teacher-forced forward over the same 32 prompt + response rows and
   log_softmax of the chosen tokens (what verl's old-log-prob recompute does), in tokens per second;
-- the mismatch it makes ([H] eq. 5): the bf16 rollout's log-probs of its own samples against an fp32
-  recompute of the same tokens with the same weights — mean |Δ log π| and std of ρ = π_fp32 / π_bf16.
+- the mismatch it makes ([H] eq. 5): each rollout's log-probs of its own samples against an fp32
+  recompute of the same tokens with the same weights — mean |Δ log π| and std of ρ = π_train / π_rollout
+  (an fp32 rollout differs from it only by batching and KV-cache rounding).
 
 Threads: 1 by default, as every process of a verl run on CPU gets (verl sets OMP_NUM_THREADS=1 in its
 workers). bf16 is fast only where the CPU has bf16 matmul kernels (AVX512-BF16, AMX); elsewhere torch
@@ -120,12 +121,13 @@ def main() -> None:
               f"log-prob pass {lp:5.2f} s = {pass_tokens / lp:7.0f} tokens/s  (median of {args.repeats})")
     (g32, lp32), (g16, lp16) = rates[torch.float32], rates[torch.bfloat16]
     print(f"bf16 / fp32 speed: generation {g16 / g32:.2f}x, log-prob pass {lp16 / lp32:.2f}x")
-    bf16 = samples[torch.bfloat16]
-    rollout_lp = torch.tensor([o.log_probs for o in bf16])
-    trainer_lp = log_prob_pass(models[torch.float32], prompts, [o.token_ids for o in bf16], pad)
-    rho = (trainer_lp - rollout_lp).exp()
-    print(f"mismatch of a bf16 rollout vs the fp32 trainer (same weights, its own samples): "
-          f"mean |dlogp| {(trainer_lp - rollout_lp).abs().mean():.4f}, std(rho) {rho.std():.4f}, max rho {rho.max():.3f}")
+    for dtype, out in samples.items():
+        rollout_lp = torch.tensor([o.log_probs for o in out])
+        trainer_lp = log_prob_pass(models[torch.float32], prompts, [o.token_ids for o in out], pad)
+        rho = (trainer_lp - rollout_lp).exp()
+        print(f"mismatch of a {str(dtype).removeprefix('torch.')} rollout vs the fp32 trainer (same weights, its own "
+              f"samples): mean |dlogp| {(trainer_lp - rollout_lp).abs().mean():.2e}, std(rho) {rho.std():.2e}, "
+              f"max rho {rho.max():.4f}")
 
 
 if __name__ == "__main__":

@@ -220,6 +220,12 @@ def render(
         typer.echo(format_command(render_command(target), job_env(target)))
     else:
         typer.echo(json.dumps(target.to_json(), indent=2))
+    if target.spec.backend == "verl":  # on stderr: the command stays pasteable
+        from cancelctl.backends.verl.render import rollout_precision_note
+        from cancelctl.jobs.hardware import describe_hardware
+
+        if note := rollout_precision_note(target, describe_hardware()["cpu_kernels"]):
+            say(err_console, "note:", "yellow", note)
 
 
 def smoke(

@@ -173,8 +173,8 @@ class RolloutSpec(Strict):
     engine: Literal["vllm", "sglang"] = "vllm"
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "bf16",
-        description="lab inference copy's weights and activations "
-        "(fp32 without logit_mantissa_bits: the trainer itself, no mismatch)",
+        description="the rollout's weights and activations: the lab's inference copy (fp32 without "
+        "logit_mantissa_bits: the trainer itself, no mismatch); on verl, rollout.dtype (vLLM, SGLang, hf_cpu)",
     )
     logit_mantissa_bits: int | None = Field(
         None,

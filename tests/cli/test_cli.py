@@ -152,6 +152,13 @@ def test_render_verl_run_prints_shell_safe_command():
 
 
 
+def test_render_of_a_cpu_run_notes_its_bf16_rollout_and_the_speed_caveat():
+    result = runner.invoke(app, ["render", str(EXPERIMENTS / "real-lm.yaml"), "--run", "gspo-s0"])
+    assert result.exit_code == 0, result.output
+    assert "actor_rollout_ref.rollout.dtype=bfloat16" in result.stdout and "note:" not in result.stdout
+    assert "note: rollout.precision bf16: the hf_cpu rollout" in result.stderr and "generation 2.0x" in result.stderr
+
+
 @pytest.fixture
 def experiment_data(tmp_path, monkeypatch):
     """Run from a directory holding the data the verl experiments name (stand-ins for `data prepare`)."""
