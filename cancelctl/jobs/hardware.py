@@ -15,20 +15,16 @@ import platform
 import shutil
 import socket
 import subprocess
-from collections.abc import Mapping
 from pathlib import Path
-
-from cancelctl.tracking.tags import HARDWARE_FIELDS  # noqa: F401 - the fields describe_hardware fills, in order
 
 # CPU flags (/proc/cpuinfo) under which torch/oneDNN dispatch different kernels for training's dtypes
 KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
 NVIDIA_SMI_TIMEOUT_S = 10
-# what decides which kernels a run's numbers come from: arms of one comparison should agree on it
-COMPARED_FIELDS = ("gpu", "cpu_kernels")
 
 
 def describe_hardware(threads: int | None = None) -> dict[str, str]:
-    """This process's hardware, every field a string ("" where there is none, e.g. no GPU).
+    """This process's hardware, every field of `tracking.tags.HARDWARE_FIELDS` in that order, each a
+    string ("" where there is none, e.g. no GPU).
 
     `cpu_kernels`: torch's dispatch level (`torch.backends.cpu.get_cpu_capability()`) and the flags
     of `KERNEL_FLAGS` the CPU has; `gpu`: "<count>× <name> (<memory> MiB)" of the GPUs this job sees."""
@@ -45,11 +41,6 @@ def describe_hardware(threads: int | None = None) -> dict[str, str]:
         "threads": str(threads or torch_threads or ""),
     }
     return hardware
-
-
-def compared_hardware(hardware: Mapping[str, str]) -> str:
-    """The part of a run's hardware its numbers depend on: its GPUs where it had any, else its CPU kernels."""
-    return hardware.get("gpu") or hardware.get("cpu_kernels") or ""
 
 
 def _torch_facts() -> tuple[str, str, str, str]:

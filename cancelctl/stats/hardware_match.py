@@ -10,7 +10,8 @@ import pandas as pd
 
 from cancelctl.stats.compute_match import ComputeViolation
 
-GPU_COLUMN, CPU_KERNELS_COLUMN = "hardware_gpu", "hardware_cpu_kernels"  # collect's runs frame (tracking.tags)
+# collect's runs frame (tracking.tags.HARDWARE_COLUMNS; the statistics import nothing that does I/O)
+GPU_COLUMN, CPU_KERNELS_COLUMN = "hardware_gpu", "hardware_cpu_kernels"
 
 
 def compared_hardware(runs: pd.DataFrame) -> pd.Series:

@@ -21,7 +21,7 @@ from cancelctl.tracking.runfiles import (
 )
 from cancelctl.tracking.runs import flatten
 from cancelctl.tracking.store_rows import BUDGET_PARAMS, Method, StoreRun, empty_raw_metrics, read_store
-from cancelctl.tracking.tags import AXES_TAG, HARDWARE_FIELDS, RUN_ID_TAG, TAG_COLUMNS
+from cancelctl.tracking.tags import AXES_TAG, HARDWARE_COLUMNS, RUN_ID_TAG, TAG_COLUMNS
 from cancelctl.tracking.upload import MAX_DOUBLE
 from cancelctl.tracking.uri import normalize_tracking_uri
 
@@ -31,11 +31,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("cancelctl.tracking")
 
 INT_COLUMNS = ("seed", "G", "budget_steps", "budget_amount")
-HARDWARE_COLUMNS = tuple("hardware_" + field for field in HARDWARE_FIELDS)  # what each run's latest attempt ran on
-TEXT_COLUMNS = ("run_id", "mlflow_run_id", "name", "sweep", "arm", "group", "state", "spec_hash", "budget_axis", *HARDWARE_COLUMNS)
+TEXT_COLUMNS = ("run_id", "mlflow_run_id", "name", "sweep", "arm", "group", "state", "spec_hash", "budget_axis",
+                *HARDWARE_COLUMNS.values())  # hardware: what each run's latest attempt ran on
 RUN_COLUMNS = [
     "run_id", "mlflow_run_id", "name", "sweep", "arm", "group", "seed", "G", "state", "spec_hash", "budget_steps",
-    "budget_axis", "budget_amount", *HARDWARE_COLUMNS,
+    "budget_axis", "budget_amount", *HARDWARE_COLUMNS.values(),
 ]
 METRIC_COLUMNS = ["run_id", "step", "key", "value"]
 

@@ -25,6 +25,7 @@ STOPPED_BY_TAG = "cancelctl.stopped_by"  # the monitor rule that stopped the run
 STOPPED_AT_STEP_TAG = "cancelctl.stopped_at_step"
 HARDWARE_TAG_PREFIX = "cancelctl.hardware."  # + each of HARDWARE_FIELDS, set by the job (cancelctl.jobs.hardware)
 HARDWARE_FIELDS = ("host", "cpu", "cpu_kernels", "gpu", "torch", "cuda", "driver", "threads")
+HARDWARE_COLUMNS = {field: "hardware_" + field for field in HARDWARE_FIELDS}  # collect's runs frame
 RUN_NAME_TAG = "mlflow.runName"
 MLFLOW_GIT_COMMIT_TAG = "mlflow.source.git.commit"
 
@@ -35,7 +36,7 @@ TAG_COLUMNS = {  # tag set at launch -> column of collect's runs frame
     SEED_TAG: "seed",
     G_TAG: "G",
     SPEC_HASH_TAG: "spec_hash",
-    **{HARDWARE_TAG_PREFIX + field: "hardware_" + field for field in HARDWARE_FIELDS},
+    **{HARDWARE_TAG_PREFIX + field: column for field, column in HARDWARE_COLUMNS.items()},
 }
 
 

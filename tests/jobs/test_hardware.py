@@ -7,14 +7,22 @@ import stat
 
 import torch
 
-from cancelctl.jobs.hardware import KERNEL_FLAGS, compared_hardware, describe_hardware
-from cancelctl.tracking.tags import HARDWARE_FIELDS, HARDWARE_TAG_PREFIX, TAG_COLUMNS, hardware_tags
+import pandas as pd
+
+from cancelctl.jobs.hardware import KERNEL_FLAGS, describe_hardware
+from cancelctl.stats.hardware_match import compared_hardware
+from cancelctl.tracking.tags import HARDWARE_COLUMNS, HARDWARE_FIELDS, HARDWARE_TAG_PREFIX, TAG_COLUMNS, hardware_tags
 
 SMI_TWO_H100 = """#!/bin/sh
 echo "$@" > "$(dirname "$0")/args"
 echo "NVIDIA H100 80GB HBM3, 81559, 550.54.15"
 echo "NVIDIA H100 80GB HBM3, 81559, 550.54.15"
 """
+
+
+def compared(hardware: dict[str, str]) -> str:
+    """What the report compares arms on, for a run that recorded `hardware` (collect's columns)."""
+    return compared_hardware(pd.DataFrame([{HARDWARE_COLUMNS[k]: v for k, v in hardware.items()}])).iloc[0]
 
 
 def fake_nvidia_smi(folder, script, monkeypatch):
@@ -34,7 +42,7 @@ def test_this_machine_is_described_in_every_field_with_torchs_own_kernel_level(m
     level, *flags = hardware["cpu_kernels"].split()
     assert level == torch.backends.cpu.get_cpu_capability()
     assert set(flags) <= set(KERNEL_FLAGS) and hardware["cpu"]
-    assert compared_hardware(hardware) == hardware["cpu_kernels"]  # no GPU: the CPU kernels decide
+    assert compared(hardware) == hardware["cpu_kernels"]  # no GPU: the CPU kernels decide
 
 
 def test_the_gpus_this_job_sees_are_counted_by_kind_with_their_driver(tmp_path, monkeypatch):
@@ -43,7 +51,7 @@ def test_the_gpus_this_job_sees_are_counted_by_kind_with_their_driver(tmp_path, 
     hardware = describe_hardware()
     assert hardware["gpu"] == "2× NVIDIA H100 80GB HBM3 (81559 MiB)" and hardware["driver"] == "550.54.15"
     assert "--id=2,3" in args.read_text()  # only the GPUs the scheduler gave this job
-    assert compared_hardware(hardware) == hardware["gpu"]
+    assert compared(hardware) == hardware["gpu"]
 
 
 def test_a_failing_nvidia_smi_is_said_not_taken_for_a_cpu_machine(tmp_path, monkeypatch):
