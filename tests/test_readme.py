@@ -443,3 +443,10 @@ def test_first_verl_sweep_runs_on_cpu_as_written(tmp_path):
     assert watched.returncode == 0 and "2/2 done" in watched.stdout, watched.stdout + watched.stderr
     assert reported.returncode == 0 and "dfpo-min-replace" in reported.stdout, reported.stdout + reported.stderr
     assert (tmp_path / "results" / "first-verl" / "report.md").is_file()
+    # DFPO's min_replace on whole groups (query_preserved): one weight per group, so Σ_i Â_i s̃_i = 0 in
+    # every group, and no micro-batch split one (as verl's real actor update shows in test_verl_actor.py)
+    (dfpo_run,) = (tmp_path / ".cancelctl" / "sweeps" / "first-verl" / "runs").glob("dfpo-min-replace-*")
+    lines = [json.loads(line) for line in (dfpo_run / "metrics.jsonl").read_text().splitlines()]
+    trained = {line["step"]: line["metrics"] for line in lines if "dfpo/ortho_residual" in line["metrics"]}
+    assert set(trained) == {1, 2}, lines
+    assert all(m["dfpo/ortho_residual"] < 1e-5 and m["batching/split_groups"] == 0 for m in trained.values()), trained
