@@ -222,9 +222,9 @@ def render(
         typer.echo(json.dumps(target.to_json(), indent=2))
     if target.spec.backend == "verl":  # on stderr: the command stays pasteable
         from cancelctl.backends.verl.render import rollout_precision_note
-        from cancelctl.jobs.hardware import describe_hardware
+        from cancelctl.jobs.hardware import cpu_flags
 
-        if note := rollout_precision_note(target, describe_hardware()["cpu_kernels"]):
+        if note := rollout_precision_note(target, cpu_flags()):
             say(err_console, "note:", "yellow", note)
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 # CPU flags (/proc/cpuinfo) under which torch/oneDNN dispatch different kernels for training's dtypes
 KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+# those of KERNEL_FLAGS with native bf16 matmuls: without them torch emulates bf16 (docs/verl.md)
+BF16_KERNEL_FLAGS = ("avx512_bf16", "amx_bf16")
 NVIDIA_SMI_TIMEOUT_S = 10
 
 
@@ -33,7 +35,7 @@ def describe_hardware(threads: int | None = None) -> dict[str, str]:
     hardware = {
         "host": socket.gethostname(),
         "cpu": _cpu_model(),
-        "cpu_kernels": " ".join(filter(None, [capability, *_cpu_flags()])),
+        "cpu_kernels": " ".join(filter(None, [capability, *cpu_flags()])),
         "gpu": gpus,
         "torch": torch_version,
         "cuda": cuda,
@@ -58,7 +60,8 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _cpu_flags() -> list[str]:
+def cpu_flags() -> list[str]:
+    """The `KERNEL_FLAGS` this CPU has (/proc/cpuinfo): no torch import, no nvidia-smi."""
     for line in _cpuinfo_lines():
         if line.startswith(("flags", "Features")):
             have = set(line.split(":", 1)[1].split())

@@ -9,7 +9,7 @@ import torch
 
 import pandas as pd
 
-from cancelctl.jobs.hardware import KERNEL_FLAGS, describe_hardware
+from cancelctl.jobs.hardware import BF16_KERNEL_FLAGS, KERNEL_FLAGS, cpu_flags, describe_hardware
 from cancelctl.stats.hardware_match import compared_hardware
 from cancelctl.tracking.tags import HARDWARE_COLUMNS, HARDWARE_FIELDS, HARDWARE_TAG_PREFIX, TAG_COLUMNS, hardware_tags
 
@@ -43,6 +43,8 @@ def test_this_machine_is_described_in_every_field_with_torchs_own_kernel_level(m
     assert level == torch.backends.cpu.get_cpu_capability()
     assert set(flags) <= set(KERNEL_FLAGS) and hardware["cpu"]
     assert compared(hardware) == hardware["cpu_kernels"]  # no GPU: the CPU kernels decide
+    assert flags == cpu_flags()  # what render's bf16 note reads, without torch or nvidia-smi
+    assert set(BF16_KERNEL_FLAGS) <= set(KERNEL_FLAGS)
 
 
 def test_the_gpus_this_job_sees_are_counted_by_kind_with_their_driver(tmp_path, monkeypatch):

@@ -28,6 +28,7 @@ from cancelctl.backends.verl.layout import (
 from cancelctl.backends.verl.overrides import ACTOR, ROLLOUT, OverrideSet
 from cancelctl.backends.verl.templates import Template, TemplateError, default_template, load_template
 from cancelctl.installed import installed
+from cancelctl.jobs.hardware import BF16_KERNEL_FLAGS
 from cancelctl.spec.run import RunSpec, planned_steps
 from losses.catalog import verl_loss_name
 
@@ -61,7 +62,6 @@ ROLLOUT_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 # new tokens/s, the log-prob pass 785 vs 227 tokens/s. Without those flags torch emulates bf16 matmuls
 # (~7x slower than fp32 on CI's EPYC, docs/verl.md).
 BF16_ROLLOUT_SPEEDUP = {"generation": 2.0, "log-prob pass": 3.5}
-BF16_KERNEL_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def loss_mode(loss: str) -> str:
@@ -335,7 +335,7 @@ def _trainer(run: RunSpec, out: OverrideSet, template: Template) -> None:
 
 def rollout_precision_note(run: RunSpec, cpu_kernels: str | Iterable[str] = ()) -> str | None:
     """One line for `render`: a CPU run's hf_cpu rollout in bf16 / fp16 against its trainer, and what bf16
-    costs on CPUs (`cpu_kernels`: the flags of the machine asked, e.g. `describe_hardware()["cpu_kernels"]`)."""
+    costs on CPUs (`cpu_kernels`: the flags of the machine asked, e.g. `jobs.hardware.cpu_flags()`)."""
     spec = run.spec
     if spec.backend != "verl" or spec.cluster.device != "cpu" or spec.rollout.precision == "fp32":
         return None
