@@ -39,14 +39,18 @@ def _grid_of_axes(n_panels: int, n_cols: int, width: float, height: float):
     return fig, fig.subplots(n_rows, n_cols, squeeze=False)
 
 
-def _finish(fig, title: str, path: Path, legend_axes=None) -> Path:
+def _finish(fig, title: str, path: Path, legend_axes=()) -> Path:
     """Title wrapped to the figure's width (a one-panel figure is narrower than its title), one legend
-    below the panels instead of one over each panel's curves, and the saved image cut to what was
-    drawn, so nothing is clipped at any width."""
-    if legend_axes is not None:
-        handles, labels = legend_axes.get_legend_handles_labels()
-        if handles:
-            fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(handles)), fontsize=8, frameon=False)
+    below the panels instead of one over each panel's curves — every label any panel drew, once (an arm
+    may have no curve in the first panel) — and the saved image cut to what was drawn, so nothing is
+    clipped at any width."""
+    entries: dict[str, object] = {}
+    for ax in legend_axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    if entries:
+        fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncols=min(4, len(entries)),
+                   fontsize=8, frameon=False)
     title_size = 10
     chars_per_line = max(30, int(fig.get_figwidth() * 72 / (0.55 * title_size)))  # ~0.55 em per character
     fig.suptitle("\n".join(textwrap.wrap(title, chars_per_line)), fontsize=title_size)
@@ -117,7 +121,7 @@ def plot_reward_vs_compute(sweep: PreparedSweep, report: Report, path: Path) -> 
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(sweep.groups):]:
         ax.set_visible(False)
-    return _finish(fig, "Training reward vs compute (mean, 95% t band; dashed: ScaleRL fit)", path, axes.flat[0])
+    return _finish(fig, "Training reward vs compute (mean, 95% t band; dashed: ScaleRL fit)", path, axes.flat)
 
 
 MECHANISM_CURVES = ("mismatch/rho_std", ENTROPY_KEY, "dfpo/asym")
@@ -143,7 +147,7 @@ def plot_mechanisms_vs_step(sweep: PreparedSweep, report: Report, path: Path) ->
             ax.title.set_fontsize(9)
             ax.grid(alpha=0.3)
     title = "Mechanism metrics vs step (mean, pointwise 95% Student's t band over seeds)"
-    return _finish(fig, title, path, axes[0, 0])
+    return _finish(fig, title, path, axes.flat)
 
 
 def plot_compute_at_reward(sweep: PreparedSweep, report: Report, path: Path) -> Path | None:
