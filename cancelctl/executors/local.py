@@ -36,6 +36,8 @@ log = logging.getLogger("cancelctl.launch")
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60  # local runs have no wall-clock limit worth the name
 LOCAL_ADOPT_GRACE_S = 30.0  # a job started just before its driver died writes job.json within this
 PARALLEL_ENV = "CANCELCTL_LOCAL_PARALLEL"
+DRIVE_INTERVAL_S = 1.0  # the queue is looked at this often; sooner when one of this driver's runs ends
+EXIT_CHECK_S = 0.05  # how often this driver's own runs are checked for an exit (Popen.poll: no I/O)
 
 
 def cores() -> int:
@@ -102,7 +104,7 @@ class LocalExecutor(DrivenExecutor):
                 tick(not finished)
             if finished:
                 return
-            time.sleep(1.0)
+            _until_one_ends(list(own.values()), DRIVE_INTERVAL_S)
 
     def _live_runs(self, paths: SweepPaths, manifest: Manifest) -> int:
         """How many of this executor's runs are being submitted or have a live process, whoever started
@@ -153,6 +155,17 @@ class LocalExecutor(DrivenExecutor):
 
     def log_path(self, paths: SweepPaths, sub: Submission, index: int) -> Path | None:
         return None if sub.job_id is None else paths.submitit_dir / "local" / f"{sub.job_id}_0_log.err"
+
+
+def _until_one_ends(jobs: list, timeout_s: float) -> None:
+    """Sleep until one of `jobs` (submitit LocalJobs this driver started) has ended, at most `timeout_s`:
+    the next queued run starts within EXIT_CHECK_S of a slot freeing, not up to a whole interval later
+    (a 24-run demo on 2 cores waited ~0.6 s at each of its 22 hand-overs)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(job.done() for job in jobs):
+            return
+        time.sleep(EXIT_CHECK_S)
 
 
 @contextlib.contextmanager
