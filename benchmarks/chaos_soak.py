@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from slurm_shim import set_mode, write_shims  # beside this script (run as benchmarks/chaos_soak.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 LOSSES = ["grpo", "gspo", "dapo", "grpo_symclip", "dfpo", "dfpo"]
@@ -52,15 +53,6 @@ JOB_FAULTS = {  # on a running task: SLURM's requeue, submitit's USR2 before the
     "time_limit_warning": lambda task: ["scancel", "--signal=USR2", task],
     "kill_job": lambda task: ["scancel", task],
 }
-SHIM = """#!/bin/sh
-mode=$(cat {mode} 2>/dev/null)
-case "$mode" in
-  fail) echo "$(basename "$0"): error: Unable to contact slurm controller (connect failure)" >&2; exit 1 ;;
-  hang) sleep 60; exit 1 ;;
-  garbage) printf '<html>\\377\\376 502 Bad Gateway</html>\\n'; exit 0 ;;
-esac
-exec {real} "$@"
-"""
 
 
 # ------------------------------------------------------------------------------- the cluster's daemons
@@ -172,7 +164,7 @@ class Soak:
         return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
     def shim(self, mode: str | None) -> None:
-        self.shim_mode.write_text(mode or "")
+        set_mode(self.shim_mode, mode)
 
 
 def inject(soak: Soak, window_s: float) -> None:
@@ -250,10 +242,7 @@ def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: floa
     workdir = folder / "work"
     workdir.mkdir(parents=True)
     shim_dir, mode = folder / "shim", folder / "shim.mode"
-    shim_dir.mkdir()
-    for command in ("sacct", "squeue"):
-        (shim_dir / command).write_text(SHIM.format(mode=mode, real=_real(command)))
-        (shim_dir / command).chmod(0o755)
+    write_shims(shim_dir, mode, ("sacct", "squeue"), hang_s=60)
     env = {**os.environ, "PATH": f"{shim_dir}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "200"}
     soak = Soak(workdir, write_sweep(folder, name, runs), name, mode, env, random.Random(seed))
     planned = len(load_runs(soak.sweep_file))

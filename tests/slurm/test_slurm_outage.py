@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 
 import pytest
+from benchmarks.slurm_shim import set_mode, write_shims
 from polling import wait_until
 from slurm_gate import cluster_problem
 from typer.testing import CliRunner
@@ -28,36 +28,18 @@ pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_PROBLEM is not None, reason
 
 runner = CliRunner()
 LONG = 1_000_000
-# What each command prints in each mode; `hang` outlives the (shortened) query timeout.
-SHIM = """#!/bin/sh
-mode=$(cat {mode} 2>/dev/null)
-case "$mode" in
-  fail) echo "$(basename "$0"): error: Unable to contact slurm controller (connect failure)" >&2; exit 1 ;;
-  hang) sleep 30; exit 1 ;;
-  garbage) printf '<html>\\377\\376 proxy error</html>\\n'; exit 0 ;;
-esac
-exec {real} "$@"
-"""
 
 
 @pytest.fixture
 def shim(tmp_path, monkeypatch):
     """Put sacct/squeue/scancel shims first on PATH; returns a function setting their mode (None: pass through)."""
     folder, mode = tmp_path / "shim", tmp_path / "shim.mode"
-    folder.mkdir()
-    for name in ("sacct", "squeue", "scancel"):
-        real = next(Path(p) / name for p in os.environ["PATH"].split(os.pathsep) if (Path(p) / name).is_file())
-        path = folder / name
-        path.write_text(SHIM.format(mode=mode, real=real))
-        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    write_shims(folder, mode, ("sacct", "squeue", "scancel"), hang_s=30)  # `hang` outlives the 2 s query timeout
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(slurm_executor, "ACCOUNTING_GRACE_S", 0.0)  # past the grace at once
     monkeypatch.setattr(slurm_states, "QUERY_TIMEOUT_S", 2)
 
-    def set_mode(value: str | None) -> None:
-        mode.write_text(value or "")
-
-    return set_mode
+    return lambda value: set_mode(mode, value)
 
 
 def _decisions(workdir: Path, sweep: str) -> dict:
