@@ -21,12 +21,12 @@ exec {real} "$@"
 """
 
 
-def write_shims(folder: Path, mode: Path, commands: tuple[str, ...], *, hang_s: int, path: str | None = None) -> None:
-    """One shim per command in `folder` (put it first on PATH), each reading `mode`; `hang` outlives
-    the caller's query timeout by `hang_s`. The real commands are looked up on `path` (default: PATH)."""
+def write_shims(folder: Path, mode: Path, commands: tuple[str, ...], *, hang_s: int) -> None:
+    """One shim per command in `folder` (put it first on PATH), each reading `mode` and execing the real
+    command found on PATH now; `hang` sleeps `hang_s`, longer than the caller's query timeout."""
     folder.mkdir(parents=True, exist_ok=True)
     for command in commands:
-        real = shutil.which(command, path=path)
+        real = shutil.which(command)
         if real is None:
             raise FileNotFoundError(f"{command} is not on PATH: the shim needs the real one behind it")
         shim = folder / command

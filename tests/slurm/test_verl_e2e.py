@@ -310,7 +310,7 @@ def test_a_verl_sweep_trains_on_real_main_ppo_under_slurm_requeues_stops_and_rep
             assert versions[: steps + 1] == list(range(1, steps + 2)) and len(versions) < STOPPED_BUDGET + 1, versions
         elif arm != REQUEUED:
             assert versions == list(range(1, steps + 2)), (arm, versions)  # the initial sync, then one per step
-    assert max(history["gspo-delta-tis"]["dfpo/weight_dispersion"].values()) > 0  # GSPO's weights vary in a group
+    assert max(history["gspo-delta-tis"]["dfpo/weight_dispersion"].values()) > 0  # GSPO's weights (δ on top) vary in a group
     balanced = history["reward-balanced"]
     assert max(balanced["batching/gen_rounds"].values()) > 1
     assert balanced["batching/discarded_rollouts_cum"][REQUEUED_STEPS] > 0
