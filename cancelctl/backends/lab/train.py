@@ -157,11 +157,16 @@ class LabRun:
         if spec.lab.fail_at_step == 0:
             raise RuntimeError("lab.fail_at_step=0: injected failure (executor tests)")
         resumed = self.resume()
-        if not resumed:
-            self.logger.log(0, self.evaluate(0))  # the warm start's accuracy, before any update
         # steps an earlier attempt logged after its last checkpoint (it failed before the next one,
-        # e.g. on a full disk) are replayed identically from the checkpoint: logged once, not twice
-        logged_through = RunFolder(self.run_dir).last_step() if resumed else None
+        # e.g. on a full disk), or before its first (killed or requeued early: this attempt starts
+        # over), are replayed identically: logged once, not twice
+        logged_through = RunFolder(self.run_dir).last_step()
+        if not resumed:
+            # the warm start's accuracy, before any update: evaluated on a replay too (it draws from
+            # the run's generators), logged once
+            initial = self.evaluate(0)
+            if logged_through is None:
+                self.logger.log(0, initial)
         monitor, spike = RunMonitor(spec.monitor, self.run_dir, resume_step=self.progress.step), lr_spike()
         step = self.progress.step
         while not self.budget_reached(step):  # a run resumed from its last step's checkpoint is done

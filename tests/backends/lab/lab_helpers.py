@@ -10,6 +10,8 @@ from cancelctl.backends.lab import train
 from cancelctl.spec.expand import deep_merge
 from cancelctl.spec.experiment import ExperimentSpec
 from cancelctl.spec.run import RunSpec, make_run
+from cancelctl.tracking.runfiles import encode_metrics_line
+from cancelctl.workdir import RunFolder
 
 FAST: dict[str, Any] = {
     "backend": "lab",
@@ -38,6 +40,21 @@ class ListLogger:
     def steps(self) -> dict[int, dict[str, float]]:
         """Metrics by step (a step logged twice, e.g. replayed after a resume, keeps the last)."""
         return {step: metrics for step, metrics in self.points}
+
+
+class JsonlLogger(ListLogger):
+    """A ListLogger that also appends each point to the run folder's metrics.jsonl, as RunLogger does
+    (what a later attempt reads to know which steps are logged)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__()
+        self.path = RunFolder(run_dir).metrics
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        super().log(step, metrics)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "ab") as handle:
+            handle.write(encode_metrics_line(step, 0, metrics))
 
 
 def lab_run(patch: dict[str, Any] | None = None, seed: int = 0) -> RunSpec:

@@ -1,4 +1,5 @@
 import importlib
+import json
 import inspect
 import math
 import threading
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lab_helpers import ListLogger, lab_run, run_lab, without_wall_clock
+from lab_helpers import JsonlLogger, ListLogger, lab_run, run_lab, without_wall_clock
 
 from cancelctl.backends.lab import train, warmstart
 from cancelctl.backends.lab.checkpoint import CHECKPOINT
@@ -114,6 +115,26 @@ def test_resume_after_failure_ends_like_an_uninterrupted_run(patch, tmp_path, wa
         assert without_wall_clock(resumed_log.steps()[step]) == without_wall_clock(whole_log.steps()[step])
     assert resumed["compute/hours_cum"] > 0
     assert resumed_log.flushes == 2  # flushed before the checkpoints at steps 4 and 5
+
+
+def test_an_attempt_ended_before_its_first_checkpoint_is_replayed_with_each_step_logged_once(tmp_path, warm_cache):
+    """An attempt killed after logging the step-0 evaluation and step 1 but before its first checkpoint
+    leaves them in metrics.jsonl; the next starts over from the warm start and replays them without
+    logging them again (the chaos soak caught a requeued run with step 0 twice), and ends as an
+    uninterrupted run does."""
+    budget = {"budget": {"steps": 3}}
+    whole, _ = run_lab(lab_run(budget), tmp_path / "whole", warm_cache)
+    run_dir = tmp_path / "interrupted"
+    first = JsonlLogger(run_dir)
+    with pytest.raises(RuntimeError, match="fail_at_step=2"):  # before step 2 and its checkpoint
+        train(lab_run({**budget, "lab": {"checkpoint_every": 2, "fail_at_step": 2}}), run_dir, first, warm_cache)
+    assert [s for s, _ in first.points] == [0, 1] and not (run_dir / CHECKPOINT).exists()
+
+    second = JsonlLogger(run_dir)
+    replayed = train(lab_run(budget), run_dir, second, warm_cache)
+    assert [s for s, _ in second.points] == [2, 3]
+    assert [json.loads(line)["step"] for line in first.path.read_text().splitlines()] == [0, 1, 2, 3]
+    assert without_wall_clock(replayed) == without_wall_clock(whole)
 
 
 def test_a_finished_run_is_not_trained_again(tmp_path, warm_cache):
