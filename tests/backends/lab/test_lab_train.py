@@ -1,6 +1,6 @@
 import importlib
-import json
 import inspect
+import json
 import math
 import threading
 from pathlib import Path
