@@ -57,6 +57,9 @@ INTENT = "intent"  # recorded before the scheduler call; job_id unknown
 SUBMITTED = "submitted"  # the scheduler accepted it; job_id known
 ABANDONED = "abandoned"  # an intent the scheduler never saw (launcher died before sbatch)
 SUBMIT_FAILED = "submit_failed"  # the scheduler refused it (error says why)
+# sbatch ran but its answer was lost (timed out, controller unreachable, unreadable output, killed):
+# the job may be queued. Looked up by its name before its runs count as unsubmitted (error says why).
+UNCONFIRMED = "unconfirmed"
 
 
 def new_token() -> str:
@@ -77,6 +80,7 @@ class Submission:
     submitted_at: float | None = None
     error: str | None = None
     resources: dict[str, Any] = field(default_factory=dict)
+    lookup_error: str | None = None  # why the last look for an unconfirmed submission's job got no answer
     # The scheduler's id of one run of it ('812_3' for array task 3): `Executor.task_job_id`.
 
 
@@ -125,7 +129,9 @@ class Manifest:
         return self.submissions[token], index
 
     def intents(self) -> list[Submission]:
-        return [s for s in self.submissions.values() if s.state == INTENT]
+        """Submissions whose fate the scheduler has not confirmed: a killed launcher's intents, and
+        submissions whose answer was lost; `reconcile` looks them up."""
+        return [s for s in self.submissions.values() if s.state in (INTENT, UNCONFIRMED)]
 
     # -- changes ---------------------------------------------------------------------------
 

@@ -27,6 +27,8 @@ def list_(workdir: Optional[Path] = WorkdirOpt) -> None:
         table.add_column(col, no_wrap=col != "file")
     for name, states, note in listed:
         table.add_row(name, "?" if states is None else str(len(states)), "" if states is None else state_counts(states), note)
+        if getattr(states, "unreachable", None):  # its states are the last SLURM gave: said, as `status` does
+            say(err_console, "warning:", "yellow", f"{name}: {states.unreachable}")
     console.print(table)
 
 
@@ -40,6 +42,8 @@ def logs(
     from cancelctl.launch.logs import run_logs
 
     found = run_logs(workdir_path(workdir), run, sweep, lines)
+    if found.unreachable:  # the state shown is the last SLURM gave
+        say(err_console, "warning:", "yellow", found.unreachable)
     s = found.state
     console.print(f"{found.sweep} / {s.name} ({s.run_id}): {s.state}" + (f" — {s.reason}" if s.reason else ""), highlight=False)
     if found.note:

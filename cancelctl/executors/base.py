@@ -12,6 +12,7 @@ The launcher, `status` and `cancel` talk to a scheduler only through these metho
     reconcile(paths, intents, wait)         resolve intents a killed launcher left
     task_states(paths, submissions) -> TasksT  status: ONE scheduler query for the whole sweep
     unreachable(tasks) -> note | None       status: the scheduler did not answer (states are the last known)
+    answered(sub, tasks)                    status: whether that silence covers this submission
     classify(state, ...) -> RunState        status: a started submission's run state from `tasks` (a new one)
     cancel(paths, active, signalled)        cancel: stop these runs; returns the job ids it stopped
     log_path(paths, sub, index)             the scheduler's stderr log of a run
@@ -67,6 +68,8 @@ class Submitted:
 
     submitted: list[str] = field(default_factory=list)  # run ids handed over (or queued)
     errors: dict[str, str] = field(default_factory=dict)  # run id -> why the scheduler refused it
+    # run id -> why the scheduler's answer was lost: maybe queued, looked up by name before a rerun
+    unconfirmed: dict[str, str] = field(default_factory=dict)
     job_ids: list[str] = field(default_factory=list)
     arrays: list[ArrayPlan] = field(default_factory=list)
 
@@ -124,7 +127,11 @@ class Executor(ABC, Generic[PlanT, TasksT]):
         """One line naming what did not answer and since when, when `tasks` are not a fresh answer."""
         return None
 
-    def requeued(self, sub: Submission, index: int, tasks: TasksT) -> bool:
+    def answered(self, sub: Submission, tasks: TasksT) -> bool:
+        """The scheduler answered for this submission in `tasks` (not a state remembered from before)."""
+        return True
+
+    def requeued(self, sub: Submission, index: int, tasks: TasksT, run_dir: Path) -> bool:
         """A run that wrote its result but is queued or running again (requeue, preemption)."""
         return False
 

@@ -21,9 +21,18 @@ from cancelctl.errors import SpecError, SpecIssue
 from cancelctl.executors import slurm_commands as slurm
 from cancelctl.executors import slurm_states
 from cancelctl.executors.base import ArrayPlan, Executor, SchedulerError, Submitted, cancelled_by_us
-from cancelctl.jobs.outcome import read_error
+from cancelctl.jobs.outcome import read_error, result_of_latest_attempt
 from cancelctl.jobs.runjob import RunJob
-from cancelctl.manifest import ABANDONED, SUBMIT_FAILED, SUBMITTED, Manifest, RunEntry, Submission
+from cancelctl.manifest import (
+    ABANDONED,
+    INTENT,
+    SUBMIT_FAILED,
+    SUBMITTED,
+    UNCONFIRMED,
+    Manifest,
+    RunEntry,
+    Submission,
+)
 from cancelctl.runstate import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, RunState
 from cancelctl.workdir import SweepPaths
 
@@ -38,6 +47,9 @@ SLURM_PENDING = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING
 SLURM_RUNNING = {"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT"}
 # Accounting writes lag sbatch by ~1 s; a job it does not show yet is pending for this long.
 ACCOUNTING_GRACE_S = 120.0
+# A lost sbatch answer whose job SLURM does not show is "not queued" only after this long: slurmctld
+# may still have been taking the request when sbatch was killed.
+LOST_ANSWER_GRACE_S = 30.0
 LAST_KNOWN_STATES = "slurm_states.json"  # in the sweep's folder: what SLURM last said of its tasks
 
 Shapes = dict[str, slurm.JobShape]  # run id -> its array's shape
@@ -123,6 +135,15 @@ class SlurmExecutor(Executor[Shapes, TaskStates]):
             try:
                 path = slurm.write_array_files(paths.submitit_dir, sub.token, jobs, shape, script)
                 job_id = slurm.sbatch(path, lock_fd=lock_fd)
+            except slurm.AnswerLost as exc:  # maybe queued: never FAILED, never submitted again unseen
+                found = self._answer_lost(paths, sub, str(exc))
+                if found.state == SUBMIT_FAILED:  # both answered, no such job: it was not queued
+                    out.errors.update({run_id: found.error or str(exc) for run_id in run_ids})
+                    continue
+                if found.state != SUBMITTED:
+                    out.unconfirmed.update({run_id: str(exc) for run_id in run_ids})
+                    continue
+                job_id = found.job_id
             except (SchedulerError, OSError) as exc:
                 with store.update() as manifest:
                     manifest.submissions[sub.token].state = SUBMIT_FAILED
@@ -138,22 +159,51 @@ class SlurmExecutor(Executor[Shapes, TaskStates]):
             out.submitted.extend(run_ids)
         return out
 
+    def _answer_lost(self, paths: SweepPaths, sub: Submission, why: str) -> Submission:
+        """sbatch's answer was lost: the submission is unconfirmed, then looked up by name at once.
+        Returns it as recorded after the look: submitted (the job found), submit_failed (SLURM has
+        none of that name, past the grace) or still unconfirmed (for the next verb to look again)."""
+        with paths.store.update() as manifest:
+            recorded = manifest.submissions[sub.token]
+            recorded.state, recorded.error, recorded.submitted_at = UNCONFIRMED, why, time.time()
+        log.warning("sweep %s: %s; looking for job %s by name", paths.sweep, why, sub.job_name)
+        self.reconcile(paths, [paths.store.load().submissions[sub.token]], wait=False)
+        return paths.store.load().submissions[sub.token]
+
     def reconcile(self, paths: SweepPaths, intents: Sequence[Submission], *, wait: bool) -> None:
-        """The job name carries the intent's token: found means adopt the id, not found means sbatch
-        never ran (the caller holds the submit lock that every sbatch inherits, so none is in flight)."""
+        """The job name carries the submission's token: found means adopt the id. Not found, when
+        squeue and sacct both answered, means sbatch never queued it: an intent is abandoned at once
+        (the caller holds the submit lock that every sbatch inherits, so none is in flight); a lost
+        answer only after LOST_ANSWER_GRACE_S, in case slurmctld was still taking the request. A
+        lookup SLURM does not answer leaves them as they are: `status` says why, nothing is resubmitted."""
         intents = [s for s in intents if s.job_name]
         if not intents:
             return
-        found = slurm_states.find_by_name([s.job_name for s in intents], since=min(s.created_at for s in intents))
+        try:
+            found = slurm_states.find_by_name([s.job_name for s in intents], since=min(s.created_at for s in intents))
+        except SchedulerError as exc:
+            with paths.store.update() as manifest:
+                for sub in intents:
+                    manifest.submissions[sub.token].lookup_error = str(exc)
+            log.warning("sweep %s: %s", paths.sweep, exc)
+            return
+        now = time.time()
         with paths.store.update() as manifest:
             for sub in intents:
                 current = manifest.submissions[sub.token]
+                current.lookup_error = None
                 job_id = found.get(sub.job_name)
                 if job_id:
-                    current.state, current.job_id, current.submitted_at = SUBMITTED, job_id, current.created_at
-                    log.info("sweep %s: adopted job %s of an interrupted submission", paths.sweep, job_id)
-                else:
+                    lost = current.state == UNCONFIRMED
+                    current.state, current.job_id = SUBMITTED, job_id
+                    current.submitted_at = current.submitted_at or current.created_at
+                    log.info("sweep %s: adopted job %s of %s", paths.sweep, job_id,
+                             "a submission whose answer was lost" if lost else "an interrupted submission")
+                elif current.state == INTENT:
                     current.state = ABANDONED
+                elif now - (current.submitted_at or current.created_at) >= LOST_ANSWER_GRACE_S:
+                    current.state = SUBMIT_FAILED
+                    current.error = f"{current.error}; SLURM holds no job named {current.job_name}: it was not queued"
 
     # -- status --------------------------------------------------------------------------------
 
@@ -169,11 +219,20 @@ class SlurmExecutor(Executor[Shapes, TaskStates]):
     def unreachable(self, tasks: TaskStates) -> str | None:
         return tasks.unreachable_note()
 
-    def requeued(self, sub: Submission, index: int, tasks: TaskStates) -> bool:
+    def answered(self, sub: Submission, tasks: TaskStates) -> bool:
+        return sub.job_id not in tasks.unanswered
+
+    def requeued(self, sub: Submission, index: int, tasks: TaskStates, run_dir: Path) -> bool:
         """A task that wrote result.json and was then requeued (`scontrol requeue`, preemption) runs
-        again: until it ends, the scheduler's state is the truth, not the earlier result."""
+        again: until it ends, the scheduler's state is the truth, not the earlier result. Only an
+        answer says so: a state remembered from before an outage is older than the result, so the
+        run's own record decides (the result stands unless a later attempt has started since)."""
         task = tasks.get((sub.job_id, index))
-        return task is not None and task.state in SLURM_PENDING | SLURM_RUNNING
+        if task is None or task.state not in SLURM_PENDING | SLURM_RUNNING:
+            return False
+        if not self.answered(sub, tasks):
+            return not result_of_latest_attempt(run_dir)
+        return True
 
     def classify(self, state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission, index: int,
                  tasks: TaskStates, now: float) -> RunState:

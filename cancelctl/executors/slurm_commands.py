@@ -268,14 +268,33 @@ def sbatch(script: Path, *, lock_fd: int | None = None) -> str:
     a launcher killed mid-call still blocks the next launch until sbatch itself has finished."""
     _pause(PAUSE_BEFORE_SBATCH)
     pass_fds = (lock_fd,) if lock_fd is not None else ()
-    result = run_command(["sbatch", "--parsable", str(script)], timeout=SBATCH_TIMEOUT_S, check=False, pass_fds=pass_fds)
+    try:
+        result = run_command(["sbatch", "--parsable", str(script)], timeout=SBATCH_TIMEOUT_S, check=False,
+                             pass_fds=pass_fds)
+    except CommandTimedOut as exc:
+        raise AnswerLost(f"sbatch {script.name}: {exc}") from None
+    said = (result.stderr or result.stdout).strip()
+    if result.returncode < 0:
+        raise AnswerLost(f"sbatch {script.name} was killed by signal {-result.returncode} before it answered")
     if result.returncode != 0:
-        raise SchedulerError(f"sbatch {script.name} failed: {(result.stderr or result.stdout).strip()}")
+        if controller_unreachable(said):  # "Socket timed out on send/recv": the request may have been queued
+            raise AnswerLost(f"sbatch {script.name}: {said.splitlines()[-1] if said else 'no answer'}")
+        raise SchedulerError(f"sbatch {script.name} failed: {said}")  # a refusal: nothing was queued
     job_id = result.stdout.strip().split(";")[0]  # --parsable: "<id>[;cluster]"
     if not job_id.isdigit():
-        raise SchedulerError(f"sbatch {script.name}: cannot read a job id from {result.stdout!r}")
+        raise AnswerLost(f"sbatch {script.name}: cannot read a job id from {result.stdout.strip()[:120]!r}")
     _pause(PAUSE_AFTER_SBATCH)
     return job_id
+
+
+class AnswerLost(SchedulerError):
+    """sbatch ran but did not answer clearly (hung, killed, unreachable controller, output without
+    a job id): the job may have been queued, so its runs are neither submitted nor unsubmitted until
+    SLURM is asked for the job by name."""
+
+
+class CommandTimedOut(SchedulerError):
+    """A scheduler command did not answer within its timeout (it was killed)."""
 
 
 def scancel(job_ids: Iterable[str]) -> None:
@@ -296,7 +315,7 @@ def run_command(cmd: list[str], *, timeout: float, check: bool, pass_fds: Sequen
             pass_fds=tuple(pass_fds), stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        raise SchedulerError(f"{' '.join(cmd[:3])} ... did not answer within {timeout:.0f} s") from None
+        raise CommandTimedOut(f"{' '.join(cmd[:3])} ... did not answer within {timeout:.0f} s") from None
     except FileNotFoundError:
         raise SchedulerError(f"{cmd[0]} not found: is this a SLURM login node?") from None
     if check and result.returncode != 0:

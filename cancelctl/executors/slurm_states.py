@@ -50,8 +50,8 @@ class TaskStates(dict):
             return None
         said = "; ".join(f"{cmd}: {why}" for cmd, why in sorted(self.failures.items())) or "no answer"
         known = [self.as_of[a] for a in self.unanswered if a in self.as_of]
-        when = (f"states as of {datetime.datetime.fromtimestamp(min(known)).strftime('%Y-%m-%d %H:%M:%S')}"
-                if known else "no state known yet")
+        when = (f"states as of {datetime.datetime.fromtimestamp(min(known)).strftime('%Y-%m-%d %H:%M:%S')}, "
+                f"its last answer" if known else "no state known yet")
         return f"SLURM unreachable: {said}; {when}"
 
 

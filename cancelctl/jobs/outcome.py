@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl import fencing
-from cancelctl.fileio import atomic_write_json
+from cancelctl.fileio import atomic_write_json, read_json
 from cancelctl.workdir import RunFolder
 
 
@@ -170,6 +170,19 @@ def read_attempts(run_dir: Path) -> list[dict[str, Any]]:
         except ValueError:  # torn last line of a killed attempt
             continue
     return lines
+
+
+def result_of_latest_attempt(run_dir: Path) -> bool:
+    """result.json is there and no attempt has started since it was written: the run's own positive
+    answer that it ended, whatever a scheduler said before (a new attempt removes it once started)."""
+    result = read_json(RunFolder(run_dir).result)
+    if not isinstance(result, dict):
+        return False
+    finished = result.get("finished_at")
+    if not isinstance(finished, (int, float)):
+        return True
+    return not any(a.get("event") == "start" and isinstance(a.get("started_at"), (int, float))
+                   and a["started_at"] > finished for a in read_attempts(run_dir))
 
 
 def _append_jsonl(path: Path, data: dict[str, Any]) -> None:

@@ -153,6 +153,11 @@ def _launch(paths: SweepPaths, sweep: Sweep, runner: Executor, plan, kind: str, 
         result.arrays.extend(done.arrays)
         result.failed.extend(done.errors)
         result.errors.update(done.errors)
+        for why in dict.fromkeys(done.unconfirmed.values()):
+            runs = sum(1 for w in done.unconfirmed.values() if w == why)
+            result.warnings.append(f"{runs} run(s) pending, not failed: sbatch's answer was lost ({why}); the job may be "
+                                   f"queued: `cancelctl status` looks it up by name, and no sweep resubmits them "
+                                   f"until SLURM says it was not")
 
     runner.start(paths, to_submit, wait=wait, tick=_progress_tick(paths, progress), job_ids=result.job_ids)
     if wait:
@@ -300,7 +305,10 @@ def _dry_run(paths: SweepPaths, sweep: Sweep, runner: Executor, plan, retry_fail
     states: dict[str, RunState] = {}
     manifest = paths.store.peek()  # as a launch would see it, a lost manifest rebuilt from the run folders
     if manifest is not None:
-        states = {s.run_id: s for s in sweep_states(paths, manifest, driver_alive=driver_alive(manifest))}
+        every = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
+        if every.unreachable:  # the states it decides on are the last SLURM gave: said, as every verb does
+            result.warnings.append(every.unreachable)
+        states = {s.run_id: s for s in every}
     for run in sweep.runs:
         states.setdefault(run.run_id, RunState(run.run_id, run.name, run.arm, run.seed, UNSUBMITTED, steps=planned_steps(run.spec)))
     to_submit = _classify(sweep.runs, states, retry_failed, result, retry_stopped)

@@ -20,6 +20,7 @@ class RunLogs:
     state: RunState
     files: list[tuple[str, Path, list[str] | None]] = field(default_factory=list)  # (what, path, tail or None: absent)
     note: str = ""
+    unreachable: str | None = None  # the scheduler did not answer: the state shown is the last it gave
 
 
 def find_run(states: list[RunState], run: str, sweep: str) -> RunState:
@@ -39,8 +40,9 @@ def find_run(states: list[RunState], run: str, sweep: str) -> RunState:
 def run_logs(workdir: Path, run: str, sweep: str | None = None, lines: int = 20) -> RunLogs:
     check_name(run, "run name")
     name = existing_sweep(workdir, sweep).sweep
-    state = find_run(sweep_status(workdir, name, include_stale=True), run, name)
-    logs = RunLogs(name, state)
+    every = sweep_status(workdir, name, include_stale=True)
+    state = find_run(every, run, name)
+    logs = RunLogs(name, state, unreachable=every.unreachable)
     if state.log is not None:
         logs.files.append(("job stdout", state.log.with_suffix(".out"), None))
         logs.files.append(("job stderr", state.log, None))

@@ -19,6 +19,7 @@ from cancelctl.manifest import (
     INTENT,
     SUBMIT_FAILED,
     SUBMITTED,
+    UNCONFIRMED,
     Manifest,
     RunEntry,
     Submission,
@@ -60,8 +61,25 @@ def sweep_states(paths: SweepPaths, manifest: Manifest, *, driver_alive: bool) -
     for state in states:
         state.stale = not manifest.is_current(state.run_id)
     notes = [executors[name].unreachable(view) for name, view in tasks.items()]
+    lost = {sub.token: sub for sub, _ in filter(None, latest.values()) if sub.state == UNCONFIRMED}
+    if lost:  # never resubmitted, never called failed, until SLURM says whether it queued them
+        runs = sum(len(sub.run_ids) for sub in lost.values())
+        notes.append(f"{runs} run(s) of {len(lost)} submission(s) whose sbatch answer was lost are not found yet "
+                     f"({'; '.join(unconfirmed_reason(sub) for sub in lost.values())})")
+    if any(notes):  # what ended meanwhile is known from the runs' own records: said, and counted as ended
+        own = [s for s in states if s.state in (COMPLETED, STOPPED) and _unanswered(latest[s.run_id], executors, tasks)]
+        if own:
+            notes.append(f"{len(own)} finished by their own record (result.json) while SLURM did not answer")
     states.unreachable = "; ".join(filter(None, notes)) or None
     return states
+
+
+def _unanswered(latest: tuple[Submission, int] | None, executors: dict[str, Executor[Any, Any]],
+                tasks: dict[str, Any]) -> bool:
+    if latest is None or latest[0].state != SUBMITTED:
+        return False
+    sub = latest[0]
+    return not executors[sub.executor].answered(sub, tasks[sub.executor])
 
 
 def run_state(
@@ -96,7 +114,7 @@ def run_state(
         state.executor, state.job_id, state.log = sub.executor, executor.task_job_id(sub, index), executor.log_path(paths, sub, index)
     requeued = (
         latest is not None and latest[0].state == SUBMITTED
-        and executor.requeued(latest[0], latest[1], tasks[latest[0].executor])
+        and executor.requeued(latest[0], latest[1], tasks[latest[0].executor], run_dir)
     )
     if state.state in (COMPLETED, STOPPED) and not requeued:
         state.step = last_step(run_dir)
@@ -123,11 +141,21 @@ def run_state(
         state.reason = f"submission failed: {sub.error}"
     elif sub.state == INTENT:
         state.state, state.reason = QUEUED, "being submitted"
+    elif sub.state == UNCONFIRMED:  # maybe queued: pending until SLURM shows the job or says it has none
+        state.state, state.reason = PENDING, unconfirmed_reason(sub)
     else:
         state = executor.classify(state, manifest, entry, sub, index, tasks[sub.executor], now)
     if state.state != UNSUBMITTED or latest is not None:  # where it is, or where it stopped
         state.step = last_step(run_dir)
     return state
+
+
+def unconfirmed_reason(sub: Submission) -> str:
+    """Why a run of a submission whose sbatch answer was lost is pending, and what it waits for."""
+    looked = (f"the lookup got no answer ({sub.lookup_error})" if sub.lookup_error
+              else "SLURM does not show it yet")
+    return (f"sbatch's answer was lost ({sub.error}); job {sub.job_name}: {looked}; nothing is resubmitted "
+            f"until SLURM says whether it was queued")
 
 
 def cancelled_before_start(entry: RunEntry, latest: tuple[Submission, int] | None) -> bool:

@@ -304,3 +304,56 @@ def test_an_unreachable_controller_at_test_only_is_a_runtime_failure_not_bad_set
     monkeypatch.setattr(slurm_mod, "run_command", lambda cmd, **_: CompletedProcess(
         cmd, 1, "", "sbatch: error: invalid partition specified: nope\n"))
     assert "invalid partition" in slurm_mod.sbatch_test_only(tmp_path / "x.sh")  # a refusal stays a refusal (exit 2)
+
+
+@pytest.mark.parametrize("returncode, stdout, stderr, lost", [
+    (1, "", "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation", True),
+    (1, "", "sbatch: error: Batch job submission failed: Unable to contact slurm controller", True),
+    (-9, "", "", True),  # the process killed before it answered
+    (0, "Welcome to the cluster\n", "", True),  # a banner, no job id
+    (1, "", "sbatch: error: Batch job submission failed: Invalid partition name specified", False),  # a refusal
+])
+def test_only_a_clear_refusal_from_sbatch_means_nothing_was_queued(monkeypatch, tmp_path, returncode, stdout, stderr, lost):
+    from subprocess import CompletedProcess
+
+    from cancelctl.executors.base import SchedulerError
+
+    monkeypatch.setattr(slurm_mod, "run_command", lambda cmd, **_: CompletedProcess(cmd, returncode, stdout, stderr))
+    with pytest.raises(SchedulerError) as raised:
+        slurm_mod.sbatch(tmp_path / "a.sh")
+    assert isinstance(raised.value, slurm_mod.AnswerLost) is lost, raised.value
+
+
+def test_an_sbatch_that_hangs_past_its_timeout_lost_its_answer(monkeypatch, tmp_path):
+    def hung(cmd, **_):
+        raise slurm_mod.CommandTimedOut("sbatch --parsable ... did not answer within 60 s")
+
+    monkeypatch.setattr(slurm_mod, "run_command", hung)
+    with pytest.raises(slurm_mod.AnswerLost, match="did not answer"):
+        slurm_mod.sbatch(tmp_path / "a.sh")
+
+
+def test_a_lost_answer_is_not_queued_only_when_both_commands_say_so_past_the_grace(monkeypatch, tmp_path):
+    import time
+
+    from cancelctl.executors import slurm as slurm_exec
+    from cancelctl.manifest import SUBMIT_FAILED, UNCONFIRMED, Manifest, RunEntry
+    from cancelctl.workdir import sweep_paths
+
+    paths = sweep_paths(tmp_path, "s")
+    paths.sweep_dir.mkdir(parents=True)
+    store = paths.store
+    with store.update(create=Manifest(sweep="s", executor="slurm", runs={"r": RunEntry(name="r", arm="a", seed=0)})) as manifest:
+        sub = manifest.add_submission("slurm", ["r"])
+        sub.job_name, sub.state, sub.error, sub.submitted_at = "cancelctl:s:tok", UNCONFIRMED, "lost", time.time()
+    _scheduler(monkeypatch, RuntimeError(UNREACHABLE), RuntimeError(UNREACHABLE))  # no answer: stays unconfirmed
+    slurm_exec.SlurmExecutor().reconcile(paths, store.load().intents(), wait=False)
+    recorded = store.load().submissions[sub.token]
+    assert recorded.state == UNCONFIRMED and "Unable to contact" in recorded.lookup_error
+    _scheduler(monkeypatch, "", "")  # both answer, no such job, but within the grace: still unconfirmed
+    slurm_exec.SlurmExecutor().reconcile(paths, store.load().intents(), wait=False)
+    assert store.load().submissions[sub.token].state == UNCONFIRMED
+    monkeypatch.setattr(slurm_exec, "LOST_ANSWER_GRACE_S", 0.0)
+    slurm_exec.SlurmExecutor().reconcile(paths, store.load().intents(), wait=False)
+    recorded = store.load().submissions[sub.token]
+    assert recorded.state == SUBMIT_FAILED and "it was not queued" in recorded.error
