@@ -1,7 +1,8 @@
 """A chaos soak on a real SLURM cluster: a sweep of small lab runs while a fault injector, on a seeded
 schedule, restarts slurmctld, stops slurmdbd for a while, makes sacct/squeue hang, fail or print
 garbage (a PATH shim in front of the real binaries, for cancelctl's verbs only), requeues running jobs
-(scontrol requeue, and submitit's USR2 time-limit warning) and kills them, and SIGTERMs / SIGKILLs the launcher mid-submit, with `status`, `watch` and `report`
+(scontrol requeue, and submitit's USR2 time-limit warning) and kills them, SIGTERMs / SIGKILLs the launcher
+mid-submit and has sbatch queue an array but lose its answer, with `status`, `watch` and `report`
 running throughout; then plain reruns until every run is done. Afterwards everything is counted from
 the scheduler's own history (sacct with requeued instances) and the store (MLflow, the run folders),
 not from cancelctl's view:
@@ -242,7 +243,7 @@ def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: floa
     workdir = folder / "work"
     workdir.mkdir(parents=True)
     shim_dir, mode = folder / "shim", folder / "shim.mode"
-    write_shims(shim_dir, mode, ("sacct", "squeue"), hang_s=60)
+    write_shims(shim_dir, mode, ("sacct", "squeue", "sbatch"), hang_s=60)
     env = {**os.environ, "PATH": f"{shim_dir}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "200"}
     soak = Soak(workdir, write_sweep(folder, name, runs), name, mode, env, random.Random(seed))
     planned = len(load_runs(soak.sweep_file))
@@ -268,7 +269,11 @@ def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: floa
                  signal_when=lambda: submitted_arrays(manifest) > arrays, signal_after=(soak.rng.uniform(0.1, 0.6), signum))
         soak.faults[f"launcher_{signal.Signals(signum).name}"] += 1
     phases = {"launches killed mid-submit": time.time() - started}
-    soak.cli("sweep", str(soak.sweep_file), "-w", str(workdir))  # a plain rerun submits what the kills left
+    # a plain rerun submits what the kills left, and sbatch queues its array but loses the answer
+    set_mode(mode, soak.rng.choice(("queued-then-timeout", "queued-then-banner")), "sbatch")
+    soak.cli("sweep", str(soak.sweep_file), "-w", str(workdir))
+    set_mode(mode, None, "sbatch")
+    soak.faults["sbatch_answer_lost"] += 1
     injector.join()
     soak.shim(None)
     cluster_up()
@@ -308,6 +313,7 @@ def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: floa
         "tracebacks": len(soak.tracebacks),
         "traceback_samples": soak.tracebacks[:3],
         "jobs_in_accounting": len(history),
+        "submissions_whose_answer_was_lost": lost_answers(manifest),
         "points_uploaded_by_sync": int(uploaded.group(1)) if uploaded else None,
         **logged_steps(workdir, name),
         "overlapping_attempts": overlapping(history),
@@ -317,6 +323,15 @@ def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: floa
         "phases_ended_at_s": {k: round(v) for k, v in phases.items()},
     }
     return checks
+
+
+def lost_answers(manifest: Path) -> dict[str, int]:
+    """Submissions whose sbatch answer was lost, by how they ended: adopted by name, or not queued."""
+    subs = json.loads(manifest.read_text())["submissions"].values()
+    # a submission keeps the lost answer as its error once adopted; a refused one never reached "submitted"
+    lost = [s for s in subs if s["state"] in ("submitted", "unconfirmed") and s.get("error")
+            or "it was not queued" in (s.get("error") or "")]
+    return dict(Counter(s["state"] for s in lost))
 
 
 def submitted_arrays(manifest: Path) -> int:

@@ -17,7 +17,8 @@ LOST_ANSWER_MODES = ("queued-then-timeout", "queued-then-hang", "queued-then-ban
 SBATCH_MODES = (*LOST_ANSWER_MODES, "unreachable-not-queued")
 SHIM = """#!/bin/sh
 name=$(basename "$0")
-mode=$(cat {mode}.$name 2>/dev/null || cat {mode} 2>/dev/null)
+# sbatch follows its own mode file only: a query outage (the shared mode) leaves submissions alone
+mode=$(cat {mode}.$name 2>/dev/null || {{ [ "$name" != sbatch ] && cat {mode} 2>/dev/null; }})
 [ "$1" = "--test-only" ] && case "$mode" in queued-then-*|*-not-queued) exec {real} "$@" ;; esac  # nothing queued: no answer to lose
 case "$mode" in
   fail) echo "$name: error: Unable to contact slurm controller (connect failure)" >&2; exit 1 ;;
@@ -48,9 +49,9 @@ def write_shims(folder: Path, mode: Path, commands: tuple[str, ...], *, hang_s: 
 
 
 def set_mode(mode: Path, value: str | None, command: str | None = None) -> None:
-    """`fail`, `hang` or `garbage` for every shim reading `mode` (or for `command`'s alone, which then
-    ignores the shared mode; sbatch's also takes SBATCH_MODES); None passes through to the real
-    commands (for `command`: follows the shared mode again)."""
+    """`fail`, `hang` or `garbage` for every shim reading `mode` but sbatch's (or for `command`'s alone,
+    which then ignores the shared mode; sbatch's also takes SBATCH_MODES); None passes through to the
+    real commands (for `command`: follows the shared mode again)."""
     allowed = MODES + (SBATCH_MODES if command == "sbatch" else ())
     if value is not None and value not in allowed:
         raise ValueError(f"shim mode {value!r}: one of {allowed} or None")

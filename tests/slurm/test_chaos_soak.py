@@ -34,12 +34,13 @@ def test_a_chaos_soak_loses_nothing_duplicates_nothing_and_reports_what_an_undis
     print(json.dumps(figures, indent=1))  # the note's figures, in the CI log
     assert figures["runs_completed"] == figures["runs_planned"] >= 40, figures
     assert figures["duplicate_points"] == 0 and figures["lost_points"] == 0, figures
-    assert figures["overlapping_attempts"] == [], figures
+    assert figures["overlapping_attempts"] == [], figures  # no run trained twice at once
+    assert figures["submissions_whose_answer_was_lost"].get("unconfirmed", 0) == 0, figures  # all resolved by name
     assert figures["tracebacks"] == 0, figures["traceback_samples"]
     assert figures["report_ok"] and figures["report_differences"] == [], figures["report_differences"]
     injected = figures["faults"]
     for kind in ("slurmctld_restart", "slurmdbd_stop", "launcher_SIGTERM", "launcher_SIGKILL", "requeue_job",
-                 "time_limit_warning", "kill_job"):
+                 "time_limit_warning", "kill_job", "sbatch_answer_lost"):
         assert injected.get(kind, 0) >= 1, (kind, injected)
     assert sum(injected.get(k, 0) for k in ("queries_hang", "queries_fail", "queries_garbage")) >= 1, injected
     assert soak.returncode == 0, soak.stdout[-2000:]
