@@ -49,6 +49,7 @@ class TrainingSetup:
     attention: Literal["flash_attention_2", "sdpa"] = "flash_attention_2"
     flash_cross_entropy: bool = True  # flash-attn's in-place cross entropy (installed with verl on GPUs)
     compiled_entropy: bool = True  # fsdp_config.use_torch_compile: the entropy in one fused kernel
+    fused_kernels: bool = False  # model.use_fused_kernels: log-probs and entropy from the hidden states, in chunks
     foreach_optimizer: bool = True  # torch's default on CUDA; the CPU steps parameter by parameter
 
     @property
@@ -216,13 +217,15 @@ def layer_activations_per_token(shape: ModelShape, s: TrainingSetup) -> float:
     Llama/Qwen layer without dropout and with flash attention, so no s² term):
     - each of the 2 RMSNorms: its input upcast to fp32 (4h), the normalised and scaled outputs in the
       compute dtype (2·c·h) (transformers' Qwen2RMSNorm: `.to(float32)`, `weight * x.to(dtype)`);
-    - attention: q and k after RoPE, v, the attention output (h + 2·kv + h); with sdpa the output is
-      copied for o_proj (`transpose(1, 2).contiguous()`, integrations/sdpa_attention.py), one more h;
+    - attention: q and k after RoPE, v, the attention output (q + 2·kv + q, q = heads·head_dim: the
+      hidden size in Qwen2, twice it in Qwen3-30B-A3B); with sdpa the output is copied for o_proj
+      (`transpose(1, 2).contiguous()`, integrations/sdpa_attention.py), one more q;
     - the MLP of a token's experts: gate, act(gate), up, act·up (4·I; 2·I without a gate).
     """
     h, c = shape.hidden, s.compute_bytes
     norms = 2 * (FP32 * h + 2 * c * h)
-    attention = c * (2 * h + 2 * shape.kv_width + (h if s.attention == "sdpa" else 0))
+    q = shape.q_width
+    attention = c * (2 * q + 2 * shape.kv_width + (q if s.attention == "sdpa" else 0))
     mlp = c * (4 if shape.gated_mlp else 2) * shape.active_intermediate
     return norms + attention + mlp
 
@@ -270,20 +273,61 @@ def logits_bytes(shape: ModelShape, s: TrainingSetup, tokens: float, *, backward
     backward, has a gradient of its own and stops the in-place backward (transformer_impl.py:1425-1427):
     3 more copies. A
     forward-only pass (θ_old's log-probs take the entropy) keeps the logits and the entropy's working
-    copy: one fused kernel's under torch.compile (fsdp_config.use_torch_compile, transformer_impl.py:
-    182-186), else the softmax and a logsumexp temporary (2). Megatron: vocab-parallel over tensor
-    ranks, in fp32 (the logits, exp and gradient)."""
+    copy: under torch.compile (fsdp_config.use_torch_compile, transformer_impl.py:182-186) one fused
+    kernel, which still writes exp(logits − max) in fp32 as a buffer the logits' size (torch 2.13
+    inductor's generated code for entropy_from_logits, dynamic=True, a bf16 input: one
+    `empty_strided((s0, s1), float32)` beside the per-row reductions), else the softmax and a
+    logsumexp temporary (2 in the compute dtype).
+
+    Megatron: the output layer's logits are vocab-parallel over tensor ranks, in the compute dtype, and
+    never chunked unless use_fused_kernels (workers/engine/megatron/transformer_impl.py:1191-1241,
+    the default: model.use_fused_kernels false). Its log-probs are megatron-core's
+    vocab_parallel_cross_entropy (verl/utils/megatron/tensor_parallel.py:201-205): an fp32 copy of the
+    logits (`calculate_logits_max`, `.float()`), exponentiated and normalised in place and kept as the
+    softmax for the backward, which turns it into the gradient in place and casts it back: logits + fp32
+    in a forward, fp32 + its compute-dtype cast in a backward (c + 4 either way). The entropy
+    (transformer_impl.py:1214-1231) first clones the logits (kept for the log-probs) and runs
+    _VocabParallelEntropy (tensor_parallel.py:109-139): a shifted copy exponentiated and normalised in
+    place, which with a backward it keeps with the logits. So a forward-only pass with the entropy
+    (θ_old's) peaks at the logits, their clone and the fp32 copy (2c + 4: the entropy's copy is freed
+    before the fp32 one is made); an update with it keeps the logits and the softmax, makes the clone
+    and the fp32 copy, and in the backward adds the entropy's gradient: 4c + 4."""
     c = s.compute_bytes
+    if s.fused_kernels:
+        return fused_logits_bytes(shape, s, tokens, backward=backward)
     if s.strategy == "megatron":
-        per = c + 2 * FP32 + (2 * FP32 if entropy else 0)
+        if entropy:
+            per = (4 * c if backward else 2 * c) + FP32
+        else:
+            per = c + FP32
         return tokens * shape.vocab * per / s.tensor_parallel
     if not backward:
-        copies = c * (1 + ((1 if s.compiled_entropy else 2) if entropy else 0))
+        copies = c + ((FP32 if s.compiled_entropy else 2 * c) if entropy else 0)
     elif s.flash_cross_entropy:
         copies = c * (4 if entropy else 1)
     else:
         copies = c + 2 * FP32 + (3 * c if entropy else 0)
     return tokens * shape.vocab * copies
+
+
+FUSED_CHUNK_TOKENS = 512  # verl/utils/experimental/torch_functional.py:104, FusedLinearForPPOFunction
+FUSED_VOCAB_SPLIT = 1024  # verl/utils/kernel/kernels.py:620, 1572 (vocab_per_split)
+
+
+def fused_logits_bytes(shape: ModelShape, s: TrainingSetup, tokens: float, *, backward: bool) -> float:
+    """model.use_fused_kernels: the log-probs and the entropy come from the hidden states and lm_head's
+    weight without the logits. FSDP (impl_backend torch, trainer/config/model/hf_model.yaml:68):
+    FusedLinearForPPOFunction runs 512 tokens at a time, each chunk's logits in fp32 with their softmax
+    and, in a backward, their gradient (utils/experimental/torch_functional.py:96-216). Megatron
+    (models/mcore/model_forward_fused.py → utils/kernel/linear_cross_entropy.py): the Triton kernel keeps
+    three fp32 numbers per token and 1024-wide vocabulary split (kernels.py:620-626), and its default
+    backward (_Split_Dlogits_N, kernels.py:168) one split of the logits' gradient at a time."""
+    c = s.compute_bytes
+    if s.strategy == "megatron":
+        vocab = shape.vocab / s.tensor_parallel
+        splits = -(-vocab // FUSED_VOCAB_SPLIT)
+        return tokens * (3 * FP32 * splits + (c * FUSED_VOCAB_SPLIT if backward else 0))
+    return min(tokens, FUSED_CHUNK_TOKENS) * shape.vocab * FP32 * (3 if backward else 2)
 
 
 def optimizer_step_transient(shape: ModelShape, s: TrainingSetup) -> float:
@@ -299,8 +343,9 @@ def optimizer_step_transient(shape: ModelShape, s: TrainingSetup) -> float:
 
 def update_phases(shape: ModelShape, s: TrainingSetup) -> dict[str, Phase]:
     """The update's three peaks: a micro-batch's backward, the optimizer step, and the forward-only
-    log-prob pass (θ_old's, with the entropy: trainer/ppo/ray_trainer.py:1297-1302; the reference
-    model's pass is no larger, `reference_weights`)."""
+    log-prob pass (θ_old's, with the entropy: trainer/ppo/v1/trainer_base.py:1650-1658, in micro-batches
+    of rollout.log_prob_micro_batch_size_per_gpu rows, workers/engine_workers.py:620-624, 406-411; the
+    reference model's pass is no larger, `reference_weights`)."""
     states = [(f"actor {k}", v) for k, v in model_states(shape, s).items()]
     if reference := reference_weights(shape, s):
         states.append(("reference weights", reference))
@@ -314,12 +359,25 @@ def update_phases(shape: ModelShape, s: TrainingSetup) -> dict[str, Phase]:
                                 ("activations", stored_activations(shape, s, tokens)), later))
     step = Phase("optimizer step", (*states, ("optimizer step", optimizer_step_transient(shape, s))))
     lp_tokens = s.log_prob_tokens / s.sequence_parallel
-    kept = [(k, v) for k, v in states if k != "actor gradients" or s.strategy == "megatron"]
+    kept = [(k, v) for k, v in states if _kept_for_log_prob(k, s)]
     one_layer = lp_tokens * layer_forward_per_token(shape, s) / _activation_split(s)
     log_prob = Phase("log-prob", (*kept, ("gathered weights", gathered_weights(shape, s, backward=False)),
                                   ("logits", logits_bytes(shape, s, lp_tokens, backward=False, entropy=True)),
                                   ("activations", one_layer)))
     return {p.name: p for p in (backward, step, log_prob)}
+
+
+def _kept_for_log_prob(state: str, s: TrainingSetup) -> bool:
+    """What of the update's states is on the GPU during a log-prob pass: verl's eval mode brings back
+    only the weights (workers/engine/base.py:314-336: `to(model=param_offload, optimizer=False,
+    grad=False)`); the optimizer states are there unless optimizer_offload moved them out at the last
+    update's end, and Megatron's contiguous gradient buffer unless param_offload did (FSDP frees its
+    gradients: `resident_between_updates`)."""
+    if state == "actor optimizer":
+        return not s.offload_optimizer
+    if state == "actor gradients":
+        return s.strategy == "megatron" and not s.offload_params
+    return True
 
 
 # ---------------------------------------------------------------- rollout

@@ -4,10 +4,11 @@ A run's model shape comes from its config.json, found offline (`model.path` as a
 snapshot in the Hugging Face cache; never the network); its update and rollout settings from the
 overrides it renders (template + spec), with verl 0.9.1's defaults for the rest. `validate` refuses a
 run whose estimate exceeds `cluster.gpu_memory_gb` (at the line of `model.path` for the update, of
-`rollout.gpu_memory_utilization` for the rollout) with the breakdown and the levers that would make it
-fit, each with what it would bring the estimate to; it warns within 10% of the GPU. Where the
-config.json is not here the check is skipped and the reason said once. Runs on CPU (cluster.device
-cpu) have no GPU to fit.
+`rollout.gpu_memory_utilization` for the rollout where the file writes it, else `model.path`) with the
+breakdown and the levers that would make it fit, each with what it would bring the estimate to (below
+the warning band); it warns within 10% of the GPU. Where the config.json is not here, or is not a
+model's shape (a list, counts as strings, a count below 1), the check is skipped and the reason said
+once, naming the file. Runs on CPU (cluster.device cpu) have no GPU to fit.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ from cancelctl.backends.verl.memory import (
     gib,
     resident_between_updates,
 )
-from cancelctl.backends.verl.model_shape import MemorySkipped, ModelShape, model_config
+from cancelctl.backends.verl.model_shape import MemorySkipped, ModelShape, model_shape
 
 if TYPE_CHECKING:
     from cancelctl.spec.run import RunSpec
 
-WARN_WITHIN = 0.10  # warn when the estimate is this close to the GPU's memory
+WARN_WITHIN = 0.10  # warn when the estimate is this close to the GPU's memory; a lever lands below it
 TRAIN_FIELD, ROLLOUT_FIELD = "model.path", "rollout.gpu_memory_utilization"
 MAX_NODES = 64  # the "more GPUs" lever looks this far
 MAX_UTILIZATION = 0.9  # the most of a GPU the levers give the rollout engine
@@ -52,6 +53,8 @@ class MemoryCheck:
     params: int
     estimate: MemoryEstimate
     levers: tuple[str, ...] = ()
+    rollout_field: str = ROLLOUT_FIELD  # where a rollout-only overflow is pointed at: model.path where the file
+    # does not write rollout.gpu_memory_utilization (its default is nowhere in the file)
 
     @property
     def gpu(self) -> float:
@@ -68,7 +71,7 @@ class MemoryCheck:
 
     @property
     def field(self) -> str:
-        return TRAIN_FIELD if self.problem in (None, "train") else ROLLOUT_FIELD
+        return TRAIN_FIELD if self.problem in (None, "train") else self.rollout_field
 
     def refusal(self) -> str | None:
         problem = self.problem
@@ -139,7 +142,11 @@ def setups(run: RunSpec) -> tuple[TrainingSetup, RolloutSetup]:
     else:
         tokens = rows * sequence
         log_prob_tokens = int(value(f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", rows)) * sequence
+    # Megatron recomputes only by its transformer config (megatron.yaml: recompute_granularity null);
+    # verl 0.9.1 reads model.enable_gradient_checkpointing in its FSDP engine alone
+    # (workers/engine/fsdp/transformer_impl.py:335, 478), never in workers/engine/megatron/.
     recompute = value(f"{ACTOR}.megatron.override_transformer_config.recompute_granularity", None) == "full"
+    checkpointing = recompute if megatron else flag("actor_rollout_ref.model.enable_gradient_checkpointing")
     training = TrainingSetup(
         strategy=model.strategy, gpus=training_ranks(run), micro_batch_tokens=tokens, log_prob_tokens=log_prob_tokens,
         tensor_parallel=model.tensor_parallel if megatron else 1,
@@ -149,13 +156,16 @@ def setups(run: RunSpec) -> tuple[TrainingSetup, RolloutSetup]:
                                     else f"{ACTOR}.ulysses_sequence_parallel_size", 1)),
         compute_bytes=FP32 if model.dtype == "fp32" and not megatron else BF16,
         optimizer=spec.algorithm.optimizer,
-        gradient_checkpointing=flag("actor_rollout_ref.model.enable_gradient_checkpointing") or recompute,
+        gradient_checkpointing=checkpointing,
         offload_params=flag(f"{engine}.param_offload"), offload_optimizer=flag(f"{engine}.optimizer_offload"),
         cpu_offload_policy=model.strategy == "fsdp2" and flag(f"{ACTOR}.fsdp_config.offload_policy"),
         entropy=spec.algorithm.entropy_coef > 0, reference=spec.algorithm.kl_coef > 0,
         reference_offload=not megatron or flag("actor_rollout_ref.ref.megatron.param_offload")
         or flag(f"{ACTOR}.megatron.param_offload"),
         compiled_entropy=str(value(f"{ACTOR}.fsdp_config.use_torch_compile", True)).lower() == "true",
+        # the Megatron engine turns fused kernels off without remove-padding (megatron/transformer_impl.py:522-531)
+        fused_kernels=flag("actor_rollout_ref.model.use_fused_kernels")
+        and str(value("actor_rollout_ref.model.use_remove_padding", True)).lower() == "true",
     )
     rollout = RolloutSetup(
         tensor_parallel=model.rollout_tensor_parallel,
@@ -198,8 +208,10 @@ class _Levers:
     gpu: float
 
     def fits(self, t: TrainingSetup, r: RolloutSetup) -> MemoryEstimate | None:
+        """The estimate with these setups where it fits outside the warning band (a lever that left the run
+        within 10% of the GPU would be warned about the moment it was taken)."""
         e = estimate(self.shape, t, r, self.gpu)
-        return e if e.peak <= self.gpu and e.kv_cache.fits_one else None
+        return e if e.peak <= (1 - WARN_WITHIN) * self.gpu and e.kv_cache.fits_one else None
 
     def advice(self, training: TrainingSetup, rollout: RolloutSetup, problems: set[str]) -> list[str]:
         """The fewest levers that fit together (every such set of that size, the rollout's share refitted
@@ -241,8 +253,8 @@ class _Levers:
         """(what to set, the change of the setups) for each lever that can lower this run's peak."""
         spec, out = self.run.spec, []
         per_node = max(1, spec.cluster.gpus_per_node)
-        train = "train" in problems
-        if train and not training.gradient_checkpointing:
+        train, megatron = "train" in problems, training.strategy == "megatron"
+        if train and not training.gradient_checkpointing and not megatron:
             out.append(("model.gradient_checkpointing: true", lambda s: (replace(s[0], gradient_checkpointing=True), s[1])))
         one_row = spec.rollout.G if _whole_groups(self.run) else 1
         if train and training.micro_batch_tokens > one_row * rollout.sequence_tokens:
@@ -254,9 +266,15 @@ class _Levers:
             out.append(("model.strategy: fsdp2 with actor_rollout_ref.actor.fsdp_config.offload_policy: true in a template "
                         "(weights, gradients and AdamW's step on the CPU)",
                         lambda s: (replace(s[0], strategy="fsdp2", cpu_offload_policy=True), s[1])))
-        if problems & {"rollout", "engine"} and not (training.offload_params and training.offload_optimizer):
-            large = "megatron-large" if training.strategy == "megatron" else "fsdp-large"
-            out.append((f"model.template: {large} (param and optimizer offload while the rollout runs)",
+        offloaded = training.offload_params and training.offload_optimizer
+        if megatron and ((train and not training.gradient_checkpointing)
+                         or (problems & {"rollout", "engine"} and not offloaded)):
+            # Megatron recomputes only by its template (model.gradient_checkpointing is the FSDP engine's)
+            out.append(("model.template: megatron-large (full activation recompute; param and optimizer offload "
+                        "while the rollout runs)", lambda s: (replace(
+                            s[0], gradient_checkpointing=True, offload_params=True, offload_optimizer=True), s[1])))
+        elif problems & {"rollout", "engine"} and not offloaded:
+            out.append(("model.template: fsdp-large (param and optimizer offload while the rollout runs)",
                         lambda s: (replace(s[0], offload_params=True, offload_optimizer=True), s[1])))
         tp = next((tp for tp in (2, 4, 8) if tp > training.tensor_parallel and tp <= per_node
                    and training.gpus % (tp * training.pipeline_parallel) == 0), None)
@@ -272,9 +290,11 @@ class _Levers:
         return out
 
     def fill_rollout_share(self, training: TrainingSetup, rollout: RolloutSetup) -> Setups:
-        """The rollout engine's share set to what the update leaves on the GPU: lowered when the two do not
-        fit together, raised (to MAX_UTILIZATION at most) when the engine cannot hold one sequence."""
-        room = (self.gpu - resident_between_updates(self.shape, training) - RUNTIME_RESERVE) / self.gpu
+        """The rollout engine's share set to what the update leaves on the GPU below the warning band:
+        lowered when the two do not fit together, raised (to MAX_UTILIZATION at most) when the engine
+        cannot hold one sequence."""
+        usable = (1 - WARN_WITHIN) * self.gpu
+        room = (usable - resident_between_updates(self.shape, training) - RUNTIME_RESERVE) / self.gpu
         utilization = math.floor(room * 100) / 100
         if 0 < utilization < rollout.gpu_memory_utilization:
             return training, replace(rollout, gpu_memory_utilization=utilization)
@@ -316,7 +336,7 @@ def estimate_runs(runs: list[RunSpec]) -> tuple[dict[str, MemoryCheck], str]:
     shapes: dict[str, ModelShape | str] = {}
     by_key: dict[str, MemoryCheck | None] = {}
     out: dict[str, MemoryCheck] = {}
-    skipped = ""
+    skipped: dict[str, None] = {}  # each model's reason once, in order
     for run in runs:
         spec = run.spec
         if spec.backend != "verl" or spec.cluster.device == "cpu":
@@ -324,13 +344,11 @@ def estimate_runs(runs: list[RunSpec]) -> tuple[dict[str, MemoryCheck], str]:
         path = spec.model.path
         if path not in shapes:
             try:
-                shapes[path] = ModelShape.from_config(model_config(path))
+                shapes[path] = model_shape(path)
             except MemorySkipped as exc:
                 shapes[path] = str(exc)
-            except ValueError as exc:
-                shapes[path] = f"model.path {path!r}: {exc}"
         if isinstance(shapes[path], str):
-            skipped = skipped or f"GPU memory not estimated: {shapes[path]}"
+            skipped[shapes[path]] = None
             continue
         key = _memory_key(spec)
         if key not in by_key:
@@ -338,9 +356,11 @@ def estimate_runs(runs: list[RunSpec]) -> tuple[dict[str, MemoryCheck], str]:
                 by_key[key] = check_run(run, shapes[path])
             except VerlRenderError:  # a run that does not render is the compose layer's to report
                 by_key[key] = None
-        if by_key[key] is not None:
-            out[run.run_id] = by_key[key]
-    return out, skipped
+        if (check := by_key[key]) is not None:
+            # the rollout's field where this run's file writes it (runs of one key may differ in that)
+            written = "gpu_memory_utilization" in spec.rollout.model_fields_set
+            out[run.run_id] = replace(check, rollout_field=ROLLOUT_FIELD if written else TRAIN_FIELD)
+    return out, f"GPU memory not estimated: {'; '.join(skipped)}" if skipped else ""
 
 
 # What of a spec the estimate reads (besides the minibatch order): runs that differ elsewhere (the
