@@ -203,12 +203,13 @@ def _print_launch(result, plan_) -> None:
 def _watch_submitted(workdir: Path, result) -> None:
     """`sweep --wait` on a scheduler: the watch view until every run has ended (Ctrl-C leaves them
     running); then the final states and failures go into `result` as the launcher's own wait does."""
+    from cancelctl.executors.base import WATCH
     from cancelctl.launch import settle_tracking, sweep_status
     from cancelctl.launch.launcher import note_cancelled
     from cancelctl.report.live.watch import watch
     from cancelctl.runstate import FAILED
 
-    view = watch(lambda: sweep_status(workdir, result.sweep), title=result.sweep, console=console)
+    view = watch(lambda: sweep_status(workdir, result.sweep, freshness=WATCH), title=result.sweep, console=console)
     result.states = sweep_status(workdir, result.sweep)
     if not view.interrupted:
         settle_tracking(result.states)
@@ -226,14 +227,16 @@ def watch_sweep(
 ) -> None:
     """Live view of a sweep (state, step, reward, rho std, entropy, ETA, alerts) until every run has ended;
     plain lines when not a terminal. Ctrl-C stops watching, never the runs. Exit 1 if a run failed."""
+    from cancelctl.executors.base import WATCH
     from cancelctl.launch import sweep_status
     from cancelctl.report.live.watch import watch
     from cancelctl.workdir import existing_sweep
 
     wd = workdir_path(workdir)
     name = sweep or existing_sweep(wd, None).sweep  # the latest; none run here: SweepNotFound (exit 2)
-    sweep_status(wd, name)  # an unknown sweep: one clear message (exit 2), before any view
-    result = watch(lambda: sweep_status(wd, name), title=name, console=console, refresh_s=refresh)
+    existing_sweep(wd, name)  # an unknown sweep: one clear message (exit 2), before any view
+    # steps from the run folders at every refresh; SLURM asked at most every WATCH.max_age_s, in the background
+    result = watch(lambda: sweep_status(wd, name, freshness=WATCH), title=name, console=console, refresh_s=refresh)
     raise typer.Exit(1 if any(run.state == "failed" for run in result.view.runs) else 0)
 
 
@@ -243,12 +246,13 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print states as JSON."),
 ) -> None:
     """Per-run state of a sweep (one sacct call for the whole sweep on SLURM)."""
+    from cancelctl.executors.base import SHOW
     from cancelctl.launch import sweep_status
     from cancelctl.workdir import existing_sweep
 
     wd = workdir_path(workdir)
     name = sweep or existing_sweep(wd, None).sweep  # the latest; none run here: SweepNotFound (exit 2)
-    every = sweep_status(wd, name, include_stale=True)
+    every = sweep_status(wd, name, include_stale=True, freshness=SHOW)
     states, stale = [s for s in every if not s.stale], [s for s in every if s.stale]
     if every.unreachable:  # the states shown are the last SLURM gave: said once, before them
         say(err_console, "warning:", "yellow", every.unreachable)

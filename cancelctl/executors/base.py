@@ -10,7 +10,8 @@ The launcher, `status` and `cancel` talk to a scheduler only through these metho
     submit(paths, runs, plan, lock_fd)      launch, under the submit lock: hand runs over (or queue them)
     start(paths, runs, wait, tick)          launch, after the lock: drive queued runs (in-process drivers)
     reconcile(paths, intents, wait)         resolve intents a killed launcher left
-    task_states(paths, submissions) -> TasksT  status: ONE scheduler query for the whole sweep
+    task_states(paths, submissions, freshness) -> TasksT  status: ONE scheduler query for the whole sweep,
+                                            shared by every verb of the work dir while fresh enough
     unreachable(tasks) -> note | None       status: the scheduler did not answer (states are the last known)
     answered(sub, tasks)                    status: whether that silence covers this submission
     classify(state, ...) -> RunState        status: a started submission's run state from `tasks` (a new one)
@@ -47,6 +48,20 @@ PlanT = TypeVar("PlanT")  # what `plan` checked per run and `submit` is handed (
 TasksT = TypeVar("TasksT")  # the scheduler's answer `task_states` gives and `classify` reads (SLURM: TaskStates)
 NoTasks = dict[str, object]  # the answer of an executor that asks no scheduler: always empty
 
+
+@dataclass(frozen=True)
+class Freshness:
+    """How old an answer of the scheduler a verb may use: `max_age_s` 0 asks now (a verb that decides:
+    `sweep`, `cancel`); `wait` False never waits on the scheduler (a watcher: the last known states
+    at once, a stale view refreshed in the background)."""
+
+    max_age_s: float = 0.0
+    wait: bool = True
+
+
+DECIDE = Freshness()
+SHOW = Freshness(max_age_s=30.0)  # status, list, logs: what another verb asked within 30 s is shared
+WATCH = Freshness(max_age_s=30.0, wait=False)  # watch, sweep --wait: SLURM asked at most every 30 s
 
 class SchedulerError(CancelctlError, RuntimeError):
     """A scheduler command failed, timed out or is missing (exit 1 at the CLI)."""
@@ -118,10 +133,11 @@ class Executor(ABC, Generic[PlanT, TasksT]):
     # -- status --------------------------------------------------------------------------------
 
     @abstractmethod
-    def task_states(self, paths: SweepPaths, submissions: Sequence[Submission]) -> TasksT:
+    def task_states(self, paths: SweepPaths, submissions: Sequence[Submission],
+                    freshness: Freshness = DECIDE) -> TasksT:
         """The scheduler's view of these submitted submissions (one query; none asked when there are
-        none), as `classify` reads it. Where the scheduler does not answer, the last answer it gave
-        stands (never "unknown")."""
+        none, nor while a view `freshness` allows is at hand), as `classify` reads it. Where the
+        scheduler does not answer, the last answer it gave stands (never "unknown")."""
 
     def unreachable(self, tasks: TasksT) -> str | None:
         """One line naming what did not answer and since when, when `tasks` are not a fresh answer."""

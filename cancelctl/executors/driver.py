@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from cancelctl.executors.base import Executor, NoTasks, Submitted, Tick, cancelled_by_us
+from cancelctl.executors.base import DECIDE, Executor, Freshness, NoTasks, Submitted, Tick, cancelled_by_us
 from cancelctl.fileio import read_json
 from cancelctl.jobs.outcome import process_start, read_attempts, read_error, same_process_alive
 from cancelctl.manifest import Manifest, ManifestStore, RunEntry, Submission
@@ -159,7 +159,7 @@ class DrivenExecutor(Executor[None, NoTasks]):
 
     # -- status --------------------------------------------------------------------------------
 
-    def task_states(self, paths: SweepPaths, submissions: Sequence[Submission]) -> NoTasks:
+    def task_states(self, paths: SweepPaths, submissions: Sequence[Submission], freshness: Freshness = DECIDE) -> NoTasks:
         return {}
 
     def classify(self, state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission, index: int,

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING
 from cancelctl.errors import SpecError, SpecIssue
 from cancelctl.executors import slurm_commands as slurm
 from cancelctl.executors import slurm_states
-from cancelctl.executors.base import ArrayPlan, Executor, SchedulerError, Submitted, cancelled_by_us
-from cancelctl.jobs.outcome import read_error, result_of_latest_attempt
+from cancelctl.executors.base import DECIDE, ArrayPlan, Executor, Freshness, SchedulerError, Submitted, cancelled_by_us
+from cancelctl.executors.slurm_view import shared_task_states
+from cancelctl.fileio import read_json
+from cancelctl.jobs.outcome import read_error, result_finished_at
 from cancelctl.jobs.runjob import RunJob
 from cancelctl.manifest import (
     ABANDONED,
@@ -34,7 +36,7 @@ from cancelctl.manifest import (
     Submission,
 )
 from cancelctl.runstate import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING, RunState
-from cancelctl.workdir import SweepPaths
+from cancelctl.workdir import RunFolder, SweepPaths
 
 if TYPE_CHECKING:
     from cancelctl.spec.run import RunSpec
@@ -50,7 +52,6 @@ ACCOUNTING_GRACE_S = 120.0
 # A lost sbatch answer whose job SLURM does not show is "not queued" only after this long: slurmctld
 # may still have been taking the request when sbatch was killed.
 LOST_ANSWER_GRACE_S = 30.0
-LAST_KNOWN_STATES = "slurm_states.json"  # in the sweep's folder: what SLURM last said of its tasks
 
 Shapes = dict[str, slurm.JobShape]  # run id -> its array's shape
 TaskStates = slurm_states.TaskStates  # (array id, index) -> what sacct/squeue said of that task
@@ -207,32 +208,34 @@ class SlurmExecutor(Executor[Shapes, TaskStates]):
 
     # -- status --------------------------------------------------------------------------------
 
-    def task_states(self, paths: SweepPaths, submissions: Sequence[Submission]) -> TaskStates:
-        """One sacct call (squeue where needed); arrays SLURM did not answer for keep the states it
-        last gave (`LastKnownStates`), and `unreachable_note()` says so."""
+    def task_states(self, paths: SweepPaths, submissions: Sequence[Submission],
+                    freshness: Freshness = DECIDE) -> TaskStates:
+        """One sacct and one squeue call for all the sweep's arrays, shared by every verb of the work
+        dir while `freshness` allows (`slurm_view`); arrays SLURM did not answer for keep the states
+        it last gave, and `unreachable_note()` says so."""
         sizes = {s.job_id: len(s.run_ids) for s in submissions if s.job_id}
         if not sizes:
             return slurm_states.TaskStates()
-        polled = slurm_states.task_states(sorted(sizes), sizes)
-        return slurm_states.LastKnownStates(paths.sweep_dir / LAST_KNOWN_STATES).merge(polled)
+        names = [s.job_name for s in submissions if s.job_id and s.job_name]
+        return shared_task_states(paths.sweep_dir, sizes, names if len(names) == len(sizes) else [], freshness)
 
     def unreachable(self, tasks: TaskStates) -> str | None:
         return tasks.unreachable_note()
 
     def answered(self, sub: Submission, tasks: TaskStates) -> bool:
-        return sub.job_id not in tasks.unanswered
+        return not tasks.no_answer_for(sub.job_id)
 
     def requeued(self, sub: Submission, index: int, tasks: TaskStates, run_dir: Path) -> bool:
         """A task that wrote result.json and was then requeued (`scontrol requeue`, preemption) runs
-        again: until it ends, the scheduler's state is the truth, not the earlier result. Only an
-        answer says so: a state remembered from before an outage is older than the result, so the
-        run's own record decides (the result stands unless a later attempt has started since)."""
+        again: until it ends, the scheduler's state is the truth, not the earlier result. The newer
+        of the two positive answers wins: a state SLURM gave before the result was written (one
+        remembered through an outage, or a shared view not yet renewed) does not outrank it, and a
+        result an attempt started since has replaced is no result."""
         task = tasks.get((sub.job_id, index))
         if task is None or task.state not in SLURM_PENDING | SLURM_RUNNING:
             return False
-        if not self.answered(sub, tasks):
-            return not result_of_latest_attempt(run_dir)
-        return True
+        finished = result_finished_at(run_dir)
+        return finished is None or tasks.as_of.get(sub.job_id, 0.0) > finished
 
     def classify(self, state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission, index: int,
                  tasks: TaskStates, now: float) -> RunState:
@@ -245,8 +248,12 @@ class SlurmExecutor(Executor[Shapes, TaskStates]):
                 return replace(state, state=PENDING, reason="submitted; not in accounting yet")
             if sub.job_id in tasks.unanswered:  # silence is not "gone"
                 return replace(state, state=PENDING, reason="SLURM unreachable; no state known for this job yet")
+            if sub.job_id in tasks.unasked:  # a watcher's first look: SLURM is being asked
+                return replace(state, state=PENDING, reason="submitted; no state from SLURM yet")
             return replace(state, state=FAILED, reason=f"job {state.job_id} is unknown to SLURM (sacct/squeue)")
         word = task.state
+        if word in SLURM_PENDING and _started_since(state, sub, index, tasks):
+            return replace(state, state=RUNNING)
         if word in SLURM_PENDING:
             return replace(state, state=PENDING, reason=task.detail or word.lower())
         if word in SLURM_RUNNING:
@@ -287,6 +294,14 @@ class SlurmExecutor(Executor[Shapes, TaskStates]):
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"SLURM still runs {', '.join(live)} after cancel")
             time.sleep(0.5)
+
+
+def _started_since(state: RunState, sub: Submission, index: int, tasks: TaskStates) -> bool:
+    """The run folder shows this very task started after SLURM last called it pending: the view is
+    older than the run's own record (a shared view not yet renewed, or an outage)."""
+    job = read_json(RunFolder(state.run_dir).job) if state.run_dir is not None else None
+    return (isinstance(job, dict) and job.get("job_id") == f"{sub.job_id}_{index}"
+            and isinstance(job.get("started_at"), (int, float)) and job["started_at"] > tasks.as_of.get(sub.job_id, 0.0))
 
 
 def _array_chunks(runs: Sequence[RunSpec], shapes: Shapes) -> Iterator[tuple[slurm.JobShape, list[RunSpec]]]:

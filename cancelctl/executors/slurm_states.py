@@ -14,6 +14,7 @@ import datetime
 import re
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,12 @@ class TaskStates(dict):
         self.unanswered: set[str] = set()
         self.failures: dict[str, str] = {}
         self.as_of: dict[str, float] = {}
+        self.unasked: set[str] = set()  # arrays not asked about yet (a watcher's first look): no state, no outage
+        self.silent_since: float | None = None  # when SLURM first left a query unanswered, this outage
+
+    def no_answer_for(self, array_id: str) -> bool:
+        """Nothing SLURM said covers this array now: an outage, or not asked yet."""
+        return array_id in self.unanswered or array_id in self.unasked
 
     def unreachable_note(self) -> str | None:
         """"SLURM unreachable: sacct: ...; squeue: ...; states as of <time>", or None when it answered."""
@@ -50,23 +57,33 @@ class TaskStates(dict):
             return None
         said = "; ".join(f"{cmd}: {why}" for cmd, why in sorted(self.failures.items())) or "no answer"
         known = [self.as_of[a] for a in self.unanswered if a in self.as_of]
-        when = (f"states as of {datetime.datetime.fromtimestamp(min(known)).strftime('%Y-%m-%d %H:%M:%S')}, "
-                f"its last answer" if known else "no state known yet")
-        return f"SLURM unreachable: {said}; {when}"
+        when = (f"states as of {_clock(min(known))}, its last answer" if known else "no state known yet")
+        since = f" (no answer since {_clock(self.silent_since)})" if self.silent_since else ""
+        return f"SLURM unreachable: {said}; {when}{since}"
 
 
-def task_states(array_ids: Sequence[str], sizes: dict[str, int] | None = None) -> TaskStates:
-    """State of every task of the given arrays: one sacct call; squeue for arrays that sacct does not
-    show in full. Accounting lags slurmctld by a moment: for an array it does show, a task that just
-    left the pending record (`812_[4-5]` -> `812_5`) can be missing until slurmdbd records its start,
-    so an array with fewer tasks than `sizes` says (array id -> task count) is asked of squeue too.
-    A command that fails or hangs is recorded in `failures`; arrays left without an answer in
-    `unanswered`."""
+def _clock(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def task_states(array_ids: Sequence[str], sizes: dict[str, int] | None = None,
+                names: Sequence[str] | None = None) -> TaskStates:
+    """State of every task of the given arrays: one sacct call and one squeue call, asked at the same
+    time (a hanging scheduler costs one query time-out, not two). sacct's word stands where it has
+    one; squeue fills in what accounting has not recorded yet (a task that just left the pending
+    record, `812_[4-5]` -> `812_5`, is missing from sacct until slurmdbd records its start) and is
+    the truth when accounting is off. `names` (the arrays' job names) let squeue answer for all of
+    them in one call; without them it is asked per array. A command that fails or hangs is
+    recorded in `failures`; arrays left without an answer in `unanswered`."""
     states = TaskStates()
     ids = sorted(set(array_ids))
     if not ids:
         return states
-    sacct = _ask(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", ",".join(ids)], none_if=_NO_ACCOUNTING)
+    sacct_cmd = ["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", ",".join(ids)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        asked_sacct = pool.submit(_ask, sacct_cmd, none_if=_NO_ACCOUNTING)
+        asked_squeue = pool.submit(_squeue, ids, names)
+        sacct, (live, failed) = asked_sacct.result(), asked_squeue.result()
     parsed = _parse_sacct(sacct) if isinstance(sacct, Answer) else sacct
     if isinstance(parsed, str):
         states.failures["sacct"] = parsed
@@ -74,15 +91,14 @@ def task_states(array_ids: Sequence[str], sizes: dict[str, int] | None = None) -
         states.update(parsed)
     sizes = sizes or {}
     missing = [i for i in ids if sum(1 for (a, _) in states if a == i) < max(1, sizes.get(i, 1))]
-    if missing:
-        live, failed = _squeue(missing)
-        for key, task in live.items():
+    for key, task in live.items():
+        if key[0] in missing:
             states.setdefault(key, task)  # sacct's word stands where it has one
-        if failed:
-            states.failures["squeue"] = next(iter(failed.values()))
-            states.unanswered.update(failed)
-        if "sacct" in states.failures:  # what squeue no longer holds, only accounting could have said
-            states.unanswered.update(i for i in missing if sum(1 for (a, _) in states if a == i) < max(1, sizes.get(i, 1)))
+    if failed:
+        states.failures["squeue"] = next(iter(failed.values()))
+        states.unanswered.update(i for i in missing if i in failed)
+    if "sacct" in states.failures:  # what squeue no longer holds, only accounting could have said
+        states.unanswered.update(i for i in missing if sum(1 for (a, _) in states if a == i) < max(1, sizes.get(i, 1)))
     now = time.time()
     states.as_of.update({a: now for a in ids if a not in states.unanswered})
     return states
@@ -97,11 +113,21 @@ def squeue_states(array_ids: Sequence[str]) -> dict[tuple[str, int], TaskState]:
     return states
 
 
-def _squeue(array_ids: Sequence[str]) -> tuple[dict[tuple[str, int], TaskState], dict[str, str]]:
-    """(states, array id -> squeue's failure message for the arrays it did not answer for)."""
+def _squeue(array_ids: Sequence[str], names: Sequence[str] | None = None
+            ) -> tuple[dict[tuple[str, int], TaskState], dict[str, str]]:
+    """(states, array id -> squeue's failure message for the arrays it did not answer for). By job
+    name, one call for every array (a name it does not hold is no error); by id, one call per array
+    (squeue fails as a whole on one id it no longer holds)."""
     states: dict[tuple[str, int], TaskState] = {}
     failed: dict[str, str] = {}
-    for array_id in array_ids:  # squeue fails as a whole on one unknown id: ask one by one
+    if names:
+        out = _ask(["squeue", "-h", "-r", "-t", "all", "--name", ",".join(sorted(set(names))), "-o", "%F|%K|%T|%r"])
+        parsed = _parse_squeue(out) if isinstance(out, Answer) else out
+        if isinstance(parsed, str):
+            return states, {array_id: parsed for array_id in array_ids}
+        wanted = set(array_ids)
+        return {key: task for key, task in parsed.items() if key[0] in wanted}, failed
+    for array_id in array_ids:
         out = _ask(["squeue", "-h", "-r", "-t", "all", "-j", array_id, "-o", "%F|%K|%T|%r"], none_if=_UNKNOWN_ID)
         parsed = _parse_squeue(out) if isinstance(out, Answer) else out
         if isinstance(parsed, str):
@@ -164,35 +190,68 @@ class Answer(str):
 
 
 class LastKnownStates:
-    """The task states SLURM last gave for a sweep's arrays (a file of the sweep): what `status`
-    shows while it does not answer. Only answers are written; silence never overwrites one."""
+    """What SLURM last said of a sweep's arrays (a file of the sweep, shared by every verb and watcher
+    of the work dir): each array's task states with when they were given, and the last query — when
+    it was asked, for which arrays, what failed and since when SLURM has been silent. What `status`
+    shows while SLURM does not answer; silence never overwrites an answer."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def merge(self, polled: TaskStates) -> TaskStates:
-        """`polled`, with the tasks of its unanswered arrays filled in from the last answer (and
-        `as_of` saying when that was); the answered arrays are remembered for next time."""
+    def _read(self) -> dict:
         saved = read_json(self.path, {}) or {}
-        arrays = saved.get("arrays", {}) if isinstance(saved, dict) else {}
-        changed = False
+        return saved if isinstance(saved, dict) else {}
+
+    def merge(self, polled: TaskStates, *, asked_at: float | None = None) -> TaskStates:
+        """`polled`, with the tasks of its unanswered arrays filled in from the last answer (and
+        `as_of` saying when that was); the answer and the query are recorded for the next asker."""
+        saved = self._read()
+        arrays = saved.get("arrays", {}) if isinstance(saved.get("arrays"), dict) else {}
         for array_id, when in polled.as_of.items():
-            tasks = {str(i): [t.state, t.detail] for (a, i), t in polled.items() if a == array_id}
-            if arrays.get(array_id, {}).get("tasks") != tasks or when - arrays.get(array_id, {}).get("as_of", 0) > 60:
-                arrays[array_id], changed = {"as_of": when, "tasks": tasks}, True
-        for array_id in polled.unanswered:
-            record = arrays.get(array_id)
-            if not record:
-                continue
-            polled.as_of[array_id] = float(record.get("as_of", 0))
-            for index, (state, detail) in record.get("tasks", {}).items():
-                polled.setdefault((array_id, int(index)), TaskState(state, detail))
-        if changed:
-            try:
-                atomic_write_json(self.path, {"arrays": arrays})
-            except OSError:
-                pass  # a read-only work dir: status still answers, without memory
+            arrays[array_id] = {"as_of": when, "tasks": {str(i): [t.state, t.detail] for (a, i), t in polled.items()
+                                                         if a == array_id}}
+        self._fill(polled, arrays, polled.unanswered)
+        query = saved.get("query") if isinstance(saved.get("query"), dict) else {}
+        silent_since = query.get("silent_since") if polled.unanswered else None
+        now = time.time()
+        polled.silent_since = float(silent_since or asked_at or now) if polled.unanswered else None
+        record = {"arrays": arrays, "query": {
+            "asked_at": asked_at or now, "arrays": sorted({a for a, _ in polled} | set(polled.as_of) | polled.unanswered),
+            "unanswered": sorted(polled.unanswered), "failures": polled.failures, "silent_since": polled.silent_since}}
+        try:
+            atomic_write_json(self.path, record)
+        except OSError:
+            pass  # a read-only work dir: status still answers, without memory
         return polled
+
+    def cached(self, array_ids: Sequence[str]) -> tuple[TaskStates, float | None]:
+        """(the states last recorded for these arrays, when the query that gave them was asked — None
+        when no query covered them all). Arrays with no record are `unasked`, not unanswered."""
+        saved = self._read()
+        arrays = saved.get("arrays", {}) if isinstance(saved.get("arrays"), dict) else {}
+        query = saved.get("query") if isinstance(saved.get("query"), dict) else {}
+        states = TaskStates()
+        wanted = set(array_ids)
+        states.unanswered.update(a for a in query.get("unanswered", []) if a in wanted)
+        states.failures.update(query.get("failures", {}) if states.unanswered else {})
+        states.silent_since = query.get("silent_since") if states.unanswered else None
+        self._fill(states, arrays, wanted)
+        for array_id in wanted - set(states.as_of) - states.unanswered:
+            states.unasked.add(array_id)
+        covered = wanted <= set(query.get("arrays", [])) | set(arrays)
+        asked_at = query.get("asked_at")
+        return states, (float(asked_at) if covered and isinstance(asked_at, (int, float)) else None)
+
+    @staticmethod
+    def _fill(states: TaskStates, arrays: dict, array_ids) -> None:
+        for array_id in array_ids:
+            record = arrays.get(array_id)
+            if not isinstance(record, dict):
+                continue
+            if array_id not in states.as_of:
+                states.as_of[array_id] = float(record.get("as_of", 0))
+            for index, (state, detail) in record.get("tasks", {}).items():
+                states.setdefault((array_id, int(index)), TaskState(state, detail))
 
 
 LIVE = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",

@@ -172,17 +172,16 @@ def read_attempts(run_dir: Path) -> list[dict[str, Any]]:
     return lines
 
 
-def result_of_latest_attempt(run_dir: Path) -> bool:
-    """result.json is there and no attempt has started since it was written: the run's own positive
-    answer that it ended, whatever a scheduler said before (a new attempt removes it once started)."""
+def result_finished_at(run_dir: Path) -> float | None:
+    """When result.json was written, if no attempt has started since (a new attempt removes it once
+    started): the run's own positive answer that it ended. None: no such result."""
     result = read_json(RunFolder(run_dir).result)
-    if not isinstance(result, dict):
-        return False
-    finished = result.get("finished_at")
-    if not isinstance(finished, (int, float)):
-        return True
-    return not any(a.get("event") == "start" and isinstance(a.get("started_at"), (int, float))
-                   and a["started_at"] > finished for a in read_attempts(run_dir))
+    if not isinstance(result, dict) or not isinstance(result.get("finished_at"), (int, float)):
+        return None
+    finished = float(result["finished_at"])
+    later = any(a.get("event") == "start" and isinstance(a.get("started_at"), (int, float)) and a["started_at"] > finished
+                for a in read_attempts(run_dir))
+    return None if later else finished
 
 
 def _append_jsonl(path: Path, data: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cancelctl.executors import get_executor
-from cancelctl.executors.base import SchedulerError
+from cancelctl.executors.base import DECIDE, SHOW, Freshness, SchedulerError
 from cancelctl.executors.driver import driver_alive
 from cancelctl.fileio import file_lock, file_lock_if_free, read_json
 from cancelctl.manifest import ManifestBusy
@@ -33,7 +33,8 @@ def reconcile(paths: SweepPaths, *, wait_local: bool = True) -> None:
         get_executor(name).reconcile(paths, intents, wait=wait_local)
 
 
-def sweep_status(workdir: Path, sweep: str | None = None, *, include_stale: bool = False) -> list[RunState]:
+def sweep_status(workdir: Path, sweep: str | None = None, *, include_stale: bool = False,
+                 freshness: Freshness = DECIDE) -> list[RunState]:
     """Per-run state (latest sweep when `sweep` is None) of the runs its sweep file planned at the
     last launch; `include_stale` adds runs of earlier versions (`RunState.stale`). SLURM: one sacct
     call for the whole sweep; local: the manifest, process liveness and the run folders' files."""
@@ -42,7 +43,7 @@ def sweep_status(workdir: Path, sweep: str | None = None, *, include_stale: bool
     if any(get_executor(s.executor).reconcile_on_status for s in manifest.intents()):
         _reconcile_if_idle(paths)
         manifest = paths.store.load()
-    states = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
+    states = sweep_states(paths, manifest, driver_alive=driver_alive(manifest), freshness=freshness)
     if include_stale:
         return states
     current = SweepStates(s for s in states if not s.stale)
@@ -59,7 +60,8 @@ def list_sweeps(workdir: Path) -> list[tuple[str, list[RunState] | None, str]]:
     for name in known_sweeps(workdir):
         try:
             manifest = sweep_paths(workdir, name).store.load()
-            states, note, stamp = sweep_status(workdir, name), manifest.file or "", manifest.launched_at or manifest.created_at
+            states, note, stamp = (sweep_status(workdir, name, freshness=SHOW), manifest.file or "",
+                                   manifest.launched_at or manifest.created_at)
         except Exception as exc:  # noqa: BLE001 - one broken sweep must not hide the others
             states, note, stamp = None, f"unreadable: {exc}", 0.0
         listed.append((stamp, name, states, note))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cancelctl.errors import ArgumentError
+from cancelctl.executors.base import SHOW
 from cancelctl.launch.control import sweep_status
 from cancelctl.runstate import RunState
 from cancelctl.workdir import RunFolder, check_name, existing_sweep
@@ -40,7 +41,7 @@ def find_run(states: list[RunState], run: str, sweep: str) -> RunState:
 def run_logs(workdir: Path, run: str, sweep: str | None = None, lines: int = 20) -> RunLogs:
     check_name(run, "run name")
     name = existing_sweep(workdir, sweep).sweep
-    every = sweep_status(workdir, name, include_stale=True)
+    every = sweep_status(workdir, name, include_stale=True, freshness=SHOW)
     state = find_run(every, run, name)
     logs = RunLogs(name, state, unreachable=every.unreachable)
     if state.log is not None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl.executors import get_executor
-from cancelctl.executors.base import Executor
+from cancelctl.executors.base import DECIDE, Executor, Freshness
 from cancelctl.fileio import read_json
 from cancelctl.jobs.outcome import read_attempts
 from cancelctl.manifest import (
@@ -41,10 +41,11 @@ from cancelctl.runstate import (
 from cancelctl.workdir import RunFolder, SweepPaths
 
 
-def sweep_states(paths: SweepPaths, manifest: Manifest, *, driver_alive: bool) -> SweepStates:
-    """States of every run in the manifest: one scheduler query per executor for the whole sweep.
-    A scheduler that did not answer leaves its runs in their last known state and says so in
-    `SweepStates.unreachable`."""
+def sweep_states(paths: SweepPaths, manifest: Manifest, *, driver_alive: bool,
+                 freshness: Freshness = DECIDE) -> SweepStates:
+    """States of every run in the manifest: one scheduler query per executor for the whole sweep
+    (none while a shared view `freshness` allows is at hand). A scheduler that did not answer
+    leaves its runs in their last known state and says so in `SweepStates.unreachable`."""
     latest = {run_id: manifest.latest_submission(run_id) for run_id in manifest.runs}
     executors = {sub.executor: get_executor(sub.executor) for sub, _ in filter(None, latest.values())}
     submitted: dict[str, dict[str, Submission]] = {name: {} for name in executors}
@@ -52,7 +53,8 @@ def sweep_states(paths: SweepPaths, manifest: Manifest, *, driver_alive: bool) -
         if pair is not None and pair[0].state == SUBMITTED:
             submitted[pair[0].executor][pair[0].token] = pair[0]
     # each executor's answer, one query at most (none asked for an executor with nothing submitted)
-    tasks = {name: executors[name].task_states(paths, list(subs.values())) for name, subs in sorted(submitted.items())}
+    tasks = {name: executors[name].task_states(paths, list(subs.values()), freshness)
+             for name, subs in sorted(submitted.items())}
     now = time.time()
     states = SweepStates(
         run_state(paths, manifest, run_id, entry, latest[run_id], executors, tasks, driver_alive, now)

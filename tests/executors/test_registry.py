@@ -55,7 +55,7 @@ class InProcessExecutor(Executor):
             done.job_ids.append(sub.job_id)
         return done
 
-    def task_states(self, paths, submissions):
+    def task_states(self, paths, submissions, freshness):
         return {}  # no scheduler to ask: submit ran them
 
     def classify(self, state, manifest, entry, sub, index, tasks, now):

@@ -210,10 +210,28 @@ def test_a_task_sacct_has_not_recorded_yet_is_asked_of_squeue(monkeypatch):
     states = slurm_states.task_states(["271"], {"271": 6})
     assert states[("271", 4)] == slurm_states.TaskState("RUNNING", "")
     assert states[("271", 5)].state == "PENDING" and states[("271", 5)].detail == ""  # sacct's word stands
-    assert asked == ["sacct", "squeue"]
+    assert sorted(asked) == ["sacct", "squeue"]  # one call each
 
-    asked.clear()  # an array sacct shows in full costs no squeue call
-    assert len(slurm_states.task_states(["271"], {"271": 5})) == 5 and asked == ["sacct"]
+
+def test_sacct_and_squeue_are_asked_at_the_same_time_and_squeue_once_for_every_array(monkeypatch):
+    import threading
+    from subprocess import CompletedProcess
+
+    both_in_flight = threading.Barrier(2, timeout=10)  # one after the other would break it
+    asked = []
+
+    def fake(cmd, **_):
+        asked.append(cmd)
+        both_in_flight.wait()
+        if cmd[0] == "sacct":
+            return CompletedProcess(cmd, 0, "271_0|RUNNING|0:0\n", "")
+        return CompletedProcess(cmd, 0, "271|0|RUNNING|None\n272|0|PENDING|Priority\n999|0|RUNNING|None\n", "")
+
+    monkeypatch.setattr(slurm_states, "run_command", fake)
+    states = slurm_states.task_states(["271", "272"], {"271": 1, "272": 1}, names=["cancelctl:s:a", "cancelctl:s:b"])
+    assert states[("272", 0)] == slurm_states.TaskState("PENDING", "Priority") and ("999", 0) not in states
+    squeues = [cmd for cmd in asked if cmd[0] == "squeue"]
+    assert len(asked) == 2 and len(squeues) == 1 and "cancelctl:s:a,cancelctl:s:b" in squeues[0]
 
 
 # ---------------------------------------------------------------------------------- an outage is not a failure

@@ -237,3 +237,37 @@ def test_a_run_that_finished_during_an_outage_counts_as_finished_and_watch_ends(
         shown = runner.invoke(app, [*argv, "-w", str(workdir)])
         assert shown.exit_code == 0 and "SLURM unreachable" in shown.output, (argv, shown.output)
     shim(None)
+
+
+# ---------------------------------------------------------------------------------- a hanging scheduler, watched
+
+def test_watch_draws_the_last_known_states_at_once_while_slurm_hangs_and_says_since_when(tmp_path, workdir, shim,
+                                                                                            monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from cancelctl.executors import slurm_view
+    from cancelctl.executors.base import Freshness
+    from cancelctl.report.live.watch import watch
+
+    monkeypatch.setattr(slurm_states, "QUERY_TIMEOUT_S", 5)
+    every_look = Freshness(max_age_s=0.0, wait=False)  # a watcher whose view is always due: it asks each time
+    path = _one_run_sweep(tmp_path, "watchhang")
+    sweep = load_sweep(path)
+    launch_sweep(sweep, workdir=workdir)
+    try:
+        wait_until(lambda: [s.state for s in sweep_status(workdir, sweep.name)] == ["running"], 120, "the run to start")
+        shim("hang")
+        out = io.StringIO()
+        shown = watch(lambda: sweep_status(workdir, sweep.name, freshness=every_look), title=sweep.name,
+                      console=Console(file=out, width=200), refresh_s=0.1, max_refreshes=3)
+        assert [r.state for r in shown.view.runs] == ["running"]  # the last known state, drawn
+        asking = slurm_view._asking[sweep_paths(workdir, sweep.name).sweep_dir]
+        assert asking.is_alive()  # SLURM is still being asked: the watch did not wait for it
+        asking.join(30)
+        states = sweep_status(workdir, sweep.name, freshness=every_look)
+        assert [s.state for s in states] == ["running"] and "no answer since" in states.unreachable, states.unreachable
+    finally:
+        shim(None)
+        cancel_sweep(workdir, sweep.name)
