@@ -234,7 +234,7 @@ def watch_sweep(
 
     wd = workdir_path(workdir)
     name = sweep or existing_sweep(wd, None).sweep  # the latest; none run here: SweepNotFound (exit 2)
-    existing_sweep(wd, name)  # an unknown sweep: one clear message (exit 2), before any view
+    sweep_status(wd, name, freshness=WATCH)  # an unknown sweep: one clear message (exit 2), before any view
     # steps from the run folders at every refresh; SLURM asked at most every WATCH.max_age_s, in the background
     result = watch(lambda: sweep_status(wd, name, freshness=WATCH), title=name, console=console, refresh_s=refresh)
     raise typer.Exit(1 if any(run.state == "failed" for run in result.view.runs) else 0)
