@@ -2,6 +2,7 @@
 
     entry        the process entry `python -m cancelctl.jobs slurm FOLDER TOKEN | local FOLDER`
                  (the module name is in every rendered sbatch script, hence `jobs`, not `job`)
+    zygote       the local executor's preloaded worker: lab runs' processes forked after the imports
     runjob       `RunJob`, the callable submitit runs: one attempt of a run, from its folder,
                  through its backend (`cancelctl.backends.<name>.train`), into tracking
     outcome      what an attempt leaves in its run folder (result, error, attempts) and reading it back
