@@ -39,8 +39,9 @@ def shared_task_states(sweep_dir: Path, sizes: dict[str, int], names: Sequence[s
     if not freshness.wait:
         _ask_in_background(sweep_dir, sizes, names)
         return cached
-    started = time.time()
-    answer = _ask(sweep_dir, sizes, names, wait_s=slurm_states.QUERY_TIMEOUT_S, fresher_than=started)
+    # an answer another asker got while this one waited for the lock serves if fresh enough for it
+    answer = _ask(sweep_dir, sizes, names, wait_s=slurm_states.QUERY_TIMEOUT_S,
+                  fresher_than=time.time() - freshness.max_age_s)
     if answer is not None:
         return answer
     cached, _ = memory.cached(ids)  # another process has been asking for a whole query time-out
