@@ -8,6 +8,7 @@ the guide's, lead somewhere; the guide's spec reference is the spec models' own.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -210,8 +211,10 @@ DEMO_DONE_ENV = "CANCELCTL_TEST_README_DEMO_WORKDIR"
 
 @pytest.mark.slow
 def test_demo_and_the_examples_on_its_work_dir(project, monkeypatch):
-    """README line 1 for real: 24 lab runs on the local executor, then the report (≤ 5 min target),
-    or the work dir of line 1 as CI ran it; then every example that reads a finished sweep."""
+    """README line 1 for real: the demo's lab runs on the local executor, then the report, whose claims
+    are judged (at least one decided, none "cannot judge"), or the work dir of line 1 as CI ran it; then
+    every example that reads a finished sweep."""
+    n = len(load_sweep(project / "experiments" / "lab-demo.yaml").runs)
     done = os.environ.get(DEMO_DONE_ENV)
     if done:
         monkeypatch.setenv("CANCELCTL_WORKDIR", done)
@@ -220,7 +223,7 @@ def test_demo_and_the_examples_on_its_work_dir(project, monkeypatch):
         result = cli("cancelctl sweep experiments/lab-demo.yaml", project)
         print(f"lab demo sweep: {time.monotonic() - t0:.0f} s")
         assert result.exit_code == 0, result.output
-        assert "submitted 24" in result.output and "24 completed" in result.output
+        assert f"submitted {n}" in result.output and f"{n} completed" in result.output
 
     result = cli("cancelctl report --baseline gspo", project)
     assert result.exit_code == 0, result.output
@@ -228,17 +231,20 @@ def test_demo_and_the_examples_on_its_work_dir(project, monkeypatch):
     for name in ("report.md", "report.html"):
         assert (report / name).stat().st_size > 0
     assert "Compute@Reward" in result.output
+    verdicts = [row["verdict"] for row in json.loads((report / "tables" / "claims.json").read_text())["rows"]]
+    assert any(v.startswith(("supported", "contradicted")) for v in verdicts), verdicts
+    assert not any(v.startswith("cannot judge") for v in verdicts), verdicts
 
     # the same sweep again submits nothing
     for line in ("cancelctl sweep experiments/lab-demo.yaml", "cancelctl sweep experiments/lab-demo.yaml --retry-failed"):
         result = cli(line, project)
-        assert result.exit_code == 0 and "submitted 0" in result.output and "skipped 24 finished" in result.output
+        assert result.exit_code == 0 and "submitted 0" in result.output and f"skipped {n} finished" in result.output
     result = cli("cancelctl sweep experiments/lab-demo.yaml --dry-run", project)
     assert result.exit_code == 0 and "would submit 0" in result.output
     result = cli("cancelctl status lab-demo", project)
-    assert result.exit_code == 0 and "24 completed" in result.output
+    assert result.exit_code == 0 and f"{n} completed" in result.output
     result = cli("cancelctl watch lab-demo", project)  # every run has ended: the plain summary, exit 0
-    assert result.exit_code == 0 and "24/24 done" in result.output and "0 alerts" in result.output, result.output
+    assert result.exit_code == 0 and f"{n}/{n} done" in result.output and "0 alerts" in result.output, result.output
     result = cli("cancelctl sync", project)
     assert result.exit_code == 0 and "uploaded 0 points" in result.output
     result = cli("cancelctl report lab-demo --threshold 0.6 --compute updates", project)
@@ -246,7 +252,7 @@ def test_demo_and_the_examples_on_its_work_dir(project, monkeypatch):
     result = cli("cancelctl report lab-demo --claims-only", project)
     assert result.exit_code == 0 and "Claims" in result.output and "Compute@Reward" not in result.output, result.output
     result = cli("cancelctl list", project)
-    assert result.exit_code == 0 and "24 completed" in result.output, result.output
+    assert result.exit_code == 0 and f"{n} completed" in result.output, result.output
     result = cli("cancelctl logs gspo-G=4-s0", project)
     assert result.exit_code == 0 and "gspo-G=4-s0" in result.output and "job stderr" in result.output, result.output
     result = cli("cancelctl ui lab-demo", project)
@@ -305,7 +311,8 @@ def test_slurm_examples(tmp_path, monkeypatch):
     monkeypatch.setenv("CANCELCTL_WORKDIR", str(tmp_path / ".cancelctl"))
     result = cli("cancelctl sweep experiments/lab-demo.yaml --executor slurm --no-wait", tmp_path)
     assert result.exit_code == 0, result.output
-    assert "submitted 24" in result.output and "jobs" in result.output
+    assert f"submitted {len(load_sweep(tmp_path / 'experiments' / 'lab-demo.yaml').runs)}" in result.output
+    assert "jobs" in result.output
     result = cli("cancelctl status lab-demo", tmp_path)
     assert result.exit_code == 0 and "lab-demo" in result.output
     result = cli("cancelctl cancel lab-demo", tmp_path)
@@ -340,10 +347,36 @@ def test_readme_is_short_and_links_every_guide_page():
     and every page of docs/ in that nav (mkdocs --strict refuses a page outside it)."""
     lines = README.splitlines()
     assert len(lines) <= 250, len(lines)
-    assert lines[2].startswith("```") and code_blocks(README)[0] == lines[3:5]
+    fence = next(i for i, line in enumerate(lines) if line.startswith("```"))  # after one sentence on what it is
+    assert fence <= 9 and code_blocks(README)[0] == lines[fence + 1:fence + 3]
+    for paper in ("2604.13088", "2605.08666", "2602.01103"):  # [D], [C], [H], by title and link
+        assert f"(https://arxiv.org/abs/{paper})" in "\n".join(lines[:fence])
+        assert f"[{paper}](https://arxiv.org/abs/{paper})" in (DOCS / "bibliography.md").read_text()
     for page in nav_pages():
         assert f"](docs/{page}" in README, page
     assert sorted(nav_pages()) == sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
+
+
+def test_the_demo_report_picture_is_on_the_first_screen_and_redrawn_by_its_documented_command(tmp_path):
+    """README shows docs/demo-report.png under "What you get", drawn by docs/demo_report.py (the command
+    README and Contributing give) from the folder `report` writes; here from a two-claim stand-in."""
+    png = DOCS / "demo-report.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "](docs/demo-report.png)" in README and README.index("demo-report.png") < README.index("## Verbs")
+    command = "python docs/demo_report.py"
+    assert command in README and command in (DOCS / "contributing.md").read_text()
+    spec = importlib.util.spec_from_file_location("demo_report", DOCS / "demo_report.py")
+    demo_report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo_report)
+    results = tmp_path / "results"
+    (results / "tables").mkdir(parents=True)
+    (results / "plots").mkdir()
+    shutil.copy(png, results / "plots" / "reward_vs_compute.png")
+    columns = "claim_id,statement,group,verdict,effect,ci_lo,ci_hi,n_seeds\n"
+    (results / "tables" / "claims.csv").write_text(columns + "A,a is lower,G=4,supported,-1.0,-2.0,-0.5,4\n"
+                                                   "B,b is higher,G=4,\"inconclusive, ~9 seeds needed\",0.1,-0.2,0.4,4\n")
+    drawn = demo_report.draw(results, tmp_path / "out.png")
+    assert drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and drawn.stat().st_size > 10_000
 
 
 def slug(heading: str) -> str:
