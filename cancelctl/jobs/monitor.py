@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl import fencing
-from cancelctl.fileio import atomic_write_json
+from cancelctl.fileio import atomic_write_json, say_once, unreadable_cause
 from cancelctl.spec.monitor import (
     EntropyCollapseRule,
     MismatchGrowthRule,
@@ -349,8 +349,9 @@ def read_alerts_from(path: Path, start: int = 0) -> tuple[list[Alert], int]:
     for raw in complete.splitlines():
         try:
             alerts.append(Alert.from_json(json.loads(raw)))
-        except (ValueError, KeyError, TypeError):
-            continue  # a line from a newer/older writer: the rest still count
+        except (ValueError, KeyError, TypeError) as exc:  # damaged, or from a newer/older writer: the rest still count
+            if raw.strip():
+                say_once(path, "lines", f"{path}: skipping unreadable line(s) ({unreadable_cause(exc)}); the other alerts are read")
     return alerts, start + len(complete)
 
 

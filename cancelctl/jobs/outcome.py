@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl import fencing
-from cancelctl.fileio import atomic_write_json, read_json
+from cancelctl.fileio import atomic_write_json, raise_naming, read_json, read_jsonl
 from cancelctl.workdir import RunFolder
 
 
@@ -151,8 +151,8 @@ def archive_stop(run_dir: Path) -> None:
 
 def read_error(run_dir: Path) -> tuple[str, str] | None:
     """(kind, first line) of error.txt: kind is FAILED or INTERRUPTED."""
-    try:
-        first = RunFolder(run_dir).error.read_text(encoding="utf-8").splitlines()[0]
+    try:  # a byte that is not UTF-8 (a damaged file, a message in another encoding) still reads
+        first = RunFolder(run_dir).error.read_text(encoding="utf-8", errors="replace").splitlines()[0]
     except (OSError, IndexError):
         return None
     kind, _, rest = first.partition(" ")
@@ -160,16 +160,8 @@ def read_error(run_dir: Path) -> tuple[str, str] | None:
 
 
 def read_attempts(run_dir: Path) -> list[dict[str, Any]]:
-    path = RunFolder(run_dir).attempts
-    if not path.exists():
-        return []
-    lines = []
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        try:
-            lines.append(json.loads(raw))
-        except ValueError:  # torn last line of a killed attempt
-            continue
-    return lines
+    """The lines of attempts.jsonl; a damaged line is skipped and said once (`fileio.read_jsonl`)."""
+    return [line for line in read_jsonl(RunFolder(run_dir).attempts) if isinstance(line, dict)]
 
 
 def result_finished_at(run_dir: Path) -> float | None:
@@ -185,5 +177,8 @@ def result_finished_at(run_dir: Path) -> float | None:
 
 
 def _append_jsonl(path: Path, data: dict[str, Any]) -> None:
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(data, sort_keys=True) + "\n")
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(data, sort_keys=True) + "\n")
+    except OSError as exc:  # a full disk fails the write, which names no file
+        raise_naming(exc, path)

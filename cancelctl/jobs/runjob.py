@@ -29,7 +29,7 @@ from typing import Any
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from cancelctl import fencing
-from cancelctl.fileio import file_lock_if_free
+from cancelctl.fileio import file_lock_if_free, unreadable_cause
 from cancelctl.jobs.outcome import (
     current_job_id,
     ERROR_RESERVE,
@@ -79,18 +79,28 @@ class RunJob(Checkpointable):
         return f"RunJob({self.run_dir!r}, token={self.token!r})"
 
 
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    """The run's record (written at launch); a damaged one is one line naming the file."""
+    path = RunFolder(run_dir).run_json
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ValueError(f"{path}: unreadable run record ({unreadable_cause(exc)}); "
+                         f"`cancelctl sweep FILE` writes it again") from None
+
+
 def run_device(run_dir: Path) -> str:
     """The run's `cluster.device` (every rank reads it: each node's Ray offers what the run needs)."""
     from cancelctl.spec.run import RunSpec
 
-    record = json.loads(RunFolder(run_dir).run_json.read_text(encoding="utf-8"))
+    record = read_run_json(run_dir)
     return RunSpec.from_json(record["run"]).spec.cluster.device
 
 
 def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None, allocation: Any = None) -> dict[str, float]:
     """`allocation` (a multi-node job's rank 0, `raycluster.Allocation`): the run's workload runs
     inside a Ray cluster over all its nodes (`raycluster.run_cluster`)."""
-    record = json.loads(RunFolder(run_dir).run_json.read_text(encoding="utf-8"))
+    record = read_run_json(run_dir)
     _refuse_stale(run_dir, record["run"]["run_id"], token)  # before the fence: a stale job claims nothing
     # The fence first: an earlier attempt still alive (a requeue that raced a resubmit, a job the
     # scheduler lost track of) stops at its next write, without writing (`cancelctl.fencing`).
@@ -118,7 +128,7 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
     from cancelctl.tracking.runfiles import run_store_uri
     from cancelctl.tracking.tags import hardware_tags
 
-    record = json.loads(RunFolder(run_dir).run_json.read_text(encoding="utf-8"))
+    record = read_run_json(run_dir)
     run = RunSpec.from_json(record["run"])
     folder = RunFolder(run_dir)  # paths pinned at launch follow a moved or copied work dir
     cache_dir = folder.relocated(record["cache_dir"], record.get("workdir"))

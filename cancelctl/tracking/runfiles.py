@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cancelctl.fileio import atomic_write_json, file_lock
+from cancelctl.fileio import atomic_write_json, file_lock, say_once, unreadable_cause
 from cancelctl.tracking.uri import sqlite_path, store_identity
 from cancelctl.workdir import METRICS_JSONL, RUN_JSON, SYNC_STATE, RunFolder  # noqa: F401 (the tracking package re-exports the names)
 
@@ -54,10 +54,16 @@ class RunRecord:
 
     @classmethod
     def load(cls, run_dir: Path) -> RunRecord:
-        data = json.loads(RunFolder(Path(run_dir)).run_json.read_text(encoding="utf-8"))
+        path = RunFolder(Path(run_dir)).run_json
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:  # the message names the file, not only the codec's complaint
+            raise ValueError(f"{path}: unreadable run record ({unreadable_cause(exc)})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: unreadable run record (a JSON {type(data).__name__}, not an object)")
         missing = [key for key in ("run_id", "name", "experiment") if not data.get(key)]
         if missing:
-            raise ValueError(f"{RunFolder(Path(run_dir)).run_json}: missing {', '.join(missing)}")
+            raise ValueError(f"{path}: missing {', '.join(missing)}")
         known = {name: data.get(name) for name in cls.__dataclass_fields__ if name in data}
         known["tags"] = {str(k): str(v) for k, v in (data.get("tags") or {}).items()}
         known["params"] = dict(data.get("params") or {})
@@ -138,7 +144,8 @@ class SyncState:
         except FileNotFoundError:
             return cls()
         except (OSError, ValueError) as exc:  # unreadable state = nothing known uploaded (re-upload is a no-op)
-            log.warning("ignoring unreadable %s (%s)", path, exc)
+            say_once(path, "unreadable", f"{path}: unreadable ({unreadable_cause(exc)}); ignored: its points are "
+                                         f"compared with the store's again")
             return cls()
         known = StoreProgress.__dataclass_fields__
         stores = {
@@ -195,25 +202,33 @@ def _json_safe(value: float) -> float | str:
 
 def iter_metrics_lines(path: Path, start: int = 0) -> Iterator[MetricsLine]:
     """Complete lines from byte `start` on. A torn last line (killed mid-write) is not yielded;
-    unparseable complete lines are skipped with a warning."""
+    unparseable complete lines are skipped, said once per file (not at every read: `watch`, `sync`)."""
     try:
         handle = open(path, "rb")
     except FileNotFoundError:
         return
-    with handle:
-        handle.seek(start)
-        offset = start
-        for raw in handle:
-            if not raw.endswith(b"\n"):
-                return
-            offset += len(raw)
-            try:
-                data = json.loads(raw)
-                metrics = {str(k): float(v) for k, v in data["metrics"].items()}
-                yield MetricsLine(int(data["step"]), int(data["ts"]), metrics, offset)
-            except (ValueError, KeyError, TypeError, AttributeError):
-                if raw.strip():
-                    log.warning("%s: skipping unreadable line ending at byte %d", path, offset)
+    skipped: list[int] = []  # the byte each unreadable line ends at
+    try:
+        with handle:
+            handle.seek(start)
+            offset = start
+            for raw in handle:
+                if not raw.endswith(b"\n"):
+                    return
+                offset += len(raw)
+                try:
+                    data = json.loads(raw)
+                    metrics = {str(k): float(v) for k, v in data["metrics"].items()}
+                    line = MetricsLine(int(data["step"]), int(data["ts"]), metrics, offset)
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    if raw.strip():
+                        skipped.append(offset)
+                    continue
+                yield line
+    finally:
+        if skipped:
+            say_once(path, "lines", f"{path}: skipping {len(skipped)} unreadable line(s), the first ending at byte "
+                                    f"{skipped[0]}; the other points are read")
 
 
 def read_metrics_jsonl(path: Path, start: int = 0) -> list[tuple[int, str, float, int]]:
