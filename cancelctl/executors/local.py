@@ -237,8 +237,12 @@ class PreloadedWorker:
         return int(answer["pid"])
 
     def close(self) -> None:
-        """End of file to the worker: it exits; the runs it forked go on."""
+        """End of file to the worker: it exits; the runs it forked go on. One still importing has
+        forked nothing and reads nothing yet: it is killed."""
         self.sock.close()
+        if not self.ready:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
         try:
             self.proc.wait(WORKER_EXIT_S)
         except subprocess.TimeoutExpired:
@@ -303,7 +307,9 @@ def _signals_deferred(signums: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM,
         yield
         return
     received: list[int] = []
-    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum)) for signum in signums}
+    # a handler installed outside Python (getsignal: None) cannot be put back, so it is left alone
+    previous = {signum: signal.signal(signum, lambda signum, frame: received.append(signum))
+                for signum in signums if signal.getsignal(signum) is not None}
     try:
         yield
     finally:
