@@ -28,6 +28,7 @@ from cancelctl.executors.driver import driver_alive
 from cancelctl.jobs.outcome import archive_error, archive_stop
 from cancelctl.launch.control import reconcile, stop_runs, sweep_status, wait_for_sweep
 from cancelctl.launch.interrupt import raise_if_interrupted, signals_recorded
+from cancelctl.launch import unstarted
 from cancelctl.launch.preflight import finished_in_tracking_store, refuse_unlaunchable, unusable_tracking_stores
 from cancelctl.launch.prepare import prepare_run, write_adopted_result
 from cancelctl.launch.states import sweep_states
@@ -110,12 +111,17 @@ def launch_sweep(
     runner.check_available()
     launched: list[str] = []  # the runs this launch queued or submitted: an interrupt stops them
     try:
-        return _launch(paths, sweep, runner, plan, kind, started_at, retry_failed, retry_stopped, wait, progress,
-                       result, launched)
+        with unstarted.reserve(paths):  # space to record why its queued runs did not start, on a full disk
+            return _launch(paths, sweep, runner, plan, kind, started_at, retry_failed, retry_stopped, wait, progress,
+                           result, launched)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM / SIGHUP turned into one (cancelctl.launch.interrupt)
         if runner.stops_with_launcher and launched:  # the runs it drives end with it, `cancelled`
             with signals_recorded():  # a second signal must not cut the stop short
                 stop_runs(paths, launched)
+        raise
+    except Exception as exc:  # the launcher itself failed (a full disk under the manifest): the runs it
+        if runner.stops_with_launcher and launched:  # queued and never started say why, not "queued"
+            unstarted.record_unstarted(paths, kind, launched, exc)
         raise
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from cancelctl import fencing
+from cancelctl.fileio import raise_naming
 from cancelctl.tracking.runfiles import (
     METRICS_JSONL,
     TERMINAL_STATUSES,
@@ -109,8 +110,11 @@ class RunLogger:
             values[key] = float(value)
         step, ts_ms = int(step), int(time.time() * 1000)
         line = encode_metrics_line(step, ts_ms, values)
-        self._jsonl.write(line)
-        self._jsonl.flush()  # survives a crash of this process (no fsync: not a power loss)
+        try:
+            self._jsonl.write(line)
+            self._jsonl.flush()  # survives a crash of this process (no fsync: not a power loss)
+        except OSError as exc:  # a full disk: the run's reason names the file, not only the cause
+            raise_naming(exc, self.run_dir / METRICS_JSONL)
         self._end += len(line)
         if self._paused():
             self._buffer_start = self._end  # the JSONL backlog covers it

@@ -14,21 +14,52 @@ from typing import Any
 import torch
 
 from cancelctl import fencing
+from cancelctl.fileio import raise_naming
 from cancelctl.workdir import CHECKPOINT, RunFolder  # noqa: F401 - CHECKPOINT: the file name, for callers
 
 
 def save(run_dir: Path, state: dict[str, Any]) -> Path:
     fencing.check(run_dir)  # a stale attempt never overwrites the newer attempt's checkpoint
     target = RunFolder(Path(run_dir)).checkpoint
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{target.name}.")
-    os.close(fd)
+    save_replacing(state, target)
+    return target
+
+
+def save_replacing(obj: Any, target: Path) -> None:
+    """`torch.save` to a temp file beside `target`, then `os.replace` over it. A write that fails
+    raises the OS's own error naming `target` ("No space left on device: …/checkpoint.pt"): torch's
+    C++ writer, given a path, reports a full disk only as "unexpected pos N vs M"; given a Python
+    file, the OSError of the failed write is the context of its RuntimeError."""
+    target = Path(target)
     try:
-        torch.save(state, tmp)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    except OSError as exc:
+        raise_naming(exc, target)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(obj, handle)
         os.replace(tmp, target)
+    except OSError as exc:  # also the close's flush, after torch's RuntimeError
+        raise_naming(exc, target)
+    except RuntimeError as exc:
+        cause = _os_error_under(exc)
+        if cause is None:
+            raise
+        raise_naming(cause, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return target
+
+
+def _os_error_under(exc: BaseException) -> OSError | None:
+    """The OSError a (torch) exception was raised while handling, if any."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def load(run_dir: Path) -> dict[str, Any] | None:

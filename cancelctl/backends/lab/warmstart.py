@@ -14,14 +14,13 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
-import tempfile
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from cancelctl.backends.lab.checkpoint import save_replacing
 from cancelctl.backends.lab.policy import PolicyConfig, TinyCausalLM, response_forward
 from cancelctl.backends.lab.rollout import prompt_block
 from cancelctl.backends.lab.task import FORM_WEIGHTS, PAD_ID, SURFACE_FORMS, ArithmeticTask, Problem
@@ -130,14 +129,8 @@ def load_or_train(task: ArithmeticTask, policy: PolicyConfig, warm: WarmStartCon
     with _locked(cache_dir / f"lab-warmstart-{key}.lock"):
         if not target.exists():
             model = train_warm_start(task, policy, warm)
-            fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f".{target.name}.")
-            os.close(fd)
-            try:
-                torch.save({"policy": asdict(policy), "warm": asdict(warm), "state_dict": model.state_dict()}, tmp)
-                os.replace(tmp, target)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+            # a full disk is the OS's error naming the file, not torch's "unexpected pos"
+            save_replacing({"policy": asdict(policy), "warm": asdict(warm), "state_dict": model.state_dict()}, target)
             return model
     blob = torch.load(target, map_location="cpu", weights_only=True)
     model = TinyCausalLM(policy)
