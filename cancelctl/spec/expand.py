@@ -60,8 +60,13 @@ class Sweep:
 def load_sweep(path: str | Path, *, allow_unmatched: bool = False) -> Sweep:
     """Parse, validate and expand a sweep file. Raises SpecError (exit 2) on any bad input."""
     path = Path(path)
+    if path.is_dir():  # `cancelctl validate experiments/`: say what it is and what to pass instead
+        found = sorted(p.name for p in path.glob("*.y*ml"))
+        listed = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
+        hint = f": pass a sweep file in it ({listed})" if found else ": pass a sweep file (.yaml)"
+        raise SpecError(SpecIssue(None, "", f"{path}: a directory, not a sweep file{hint}"))
     if not path.is_file():
-        raise SpecError(SpecIssue(None, "", f"{path}: no such file"))
+        raise SpecError(SpecIssue(None, "", f"{path}: no such file" if not path.exists() else f"{path}: not a regular file"))
     try:
         data, positions = load_yaml_file(path)
     except YamlSyntaxError as exc:

@@ -74,6 +74,14 @@ def test_missing_file():
     assert "no such file" in issue.message
 
 
+def test_a_directory_is_said_to_be_one_with_the_sweep_files_in_it(tmp_path):
+    [issue] = issues_of(EXPERIMENTS)
+    assert issue.message.startswith(f"{EXPERIMENTS}: a directory, not a sweep file: pass a sweep file in it (")
+    assert "batching.yaml" in issue.message and "no such file" not in issue.message
+    [issue] = issues_of(tmp_path)
+    assert issue.message == f"{tmp_path}: a directory, not a sweep file: pass a sweep file (.yaml)"
+
+
 # --- property-based fuzz: malformed specs give SpecError, never another exception -------------
 
 VALID = (EXPERIMENTS / "lab-demo.yaml").read_text().splitlines(keepends=True)
