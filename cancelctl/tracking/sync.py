@@ -57,8 +57,8 @@ def sync(workdir: Path, uri: str | None = None) -> SyncResult:
     for run_dir in find_run_dirs(workdir):
         outcome = _sync_run_dir(run_dir, uri, workdir, unreachable)
         result.runs[outcome.run_id] = outcome
-        if outcome.error:
-            log.warning("sync %s: %s", run_dir, outcome.error)
+        if outcome.error:  # in the result: the caller says it, a store's once (not once per run of it)
+            log.debug("sync %s: %s", run_dir, outcome.error)
     return result
 
 

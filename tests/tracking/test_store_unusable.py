@@ -5,6 +5,7 @@ itself retries each of these for minutes. The runs go on with their points in me
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -68,14 +69,17 @@ def test_opening_an_unusable_store_fails_at_once(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["directory", "folder is a file", "not sqlite"])
-def test_sync_names_the_store_and_cause_once(tmp_path, kind):
+def test_sync_names_the_store_and_cause_once(tmp_path, kind, caplog):
     path, words = bad_stores(tmp_path)[kind]
     workdir = tmp_path / "work"
     for name in ("r0", "r1", "r2"):
         make_run_folder(workdir, f"sqlite:///{path}", name)
     result = runner.invoke(app, ["sync", "-w", str(workdir)])
     assert result.exit_code == 1, result.output
-    assert result.output.count(words) == 1 and str(path) in result.output, result.output
+    # what the terminal shows: the screen and the warnings logged beside it (stderr)
+    logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    shown = result.output + "\n".join(logged)
+    assert shown.count(words) == 1 and str(path) in result.output, shown
     assert "3 run(s) not synced" in result.output
 
 
