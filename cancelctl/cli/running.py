@@ -151,8 +151,7 @@ def _print_until_decided(result, plan_) -> None:
         console.print(f"  {v.claim_id}{where}: {sequential_verdict_text(row)}; decided {decided_text(row, spent)}, "
                       f"{row.looks} look(s), {v.n_seeds} seeds, {v.test}", highlight=False, soft_wrap=True)
     for launch in result.launches:
-        for run_id, why in launch.errors.items():
-            say(err_console, "FAILED", "bold red", f"{run_id}: {why}")
+        _say_failed(launch, plan_)
     if result.verdicts:
         console.print(f"the claims table: cancelctl report {result.sweep} --claims-only", highlight=False)
     raise typer.Exit(result.exit_code)
@@ -178,8 +177,9 @@ def _print_launch(result, plan_) -> None:
     verb = "would submit" if result.dry_run else "submitted"
     console.print(
         f"{result.sweep} ({result.executor}): {verb} {len(result.submitted)}, "
-        f"skipped {len(result.skipped_finished)} finished, {len(result.skipped_running)} running, "
-        f"{len(result.skipped_failed)} failed" + (" (use --retry-failed)" if result.skipped_failed else "")
+        f"skipped {len(result.skipped_finished)} finished, {len(result.skipped_running)} running"
+        # the runs that failed now are the FAILED lines below: a "0 failed" here read as none did
+        + (f", {len(result.skipped_failed)} failed before (use --retry-failed)" if result.skipped_failed else "")
         + (f", {len(result.skipped_stopped)} stopped by a monitor rule (use --retry-stopped)" if result.skipped_stopped else "")
         + (f"; jobs {', '.join(result.job_ids)}" if result.job_ids else ""),
         highlight=False,
@@ -188,8 +188,7 @@ def _print_launch(result, plan_) -> None:
         names = {r.run_id: r.name for r in plan_.runs}
         for run_id in result.submitted:
             console.print(f"  {names.get(run_id, run_id)}  {run_id}", highlight=False)
-    for run_id, why in result.errors.items():
-        say(err_console, "FAILED", "bold red", f"{run_id}: {why}")
+    _say_failed(result, plan_)
     if result.states and not result.dry_run:
         console.print(f"{result.sweep}: {state_counts(result.states)}", highlight=False)
     if result.cancelled:  # `sweep && report` must not go on with a sweep someone cancelled
@@ -198,6 +197,15 @@ def _print_launch(result, plan_) -> None:
         err_console.print(f"{result.sweep}: {len(result.cancelled)} run(s) cancelled: {listed} "
                           f"(a plain rerun submits them again)", highlight=False, markup=False)
     raise typer.Exit(result.exit_code)
+
+
+def _say_failed(result, plan_) -> None:
+    """One line per failed run: its name and id, then why — error.txt's first line starts with the
+    word the label already says ("FAILED <when> job …"), so it is said once."""
+    names = {r.run_id: r.name for r in plan_.runs}
+    for run_id, why in result.errors.items():
+        why = str(why or "").removeprefix("FAILED ")
+        say(err_console, "FAILED", "bold red", f"{names.get(run_id, run_id)} ({run_id}): {why}")
 
 
 def _watch_submitted(workdir: Path, result) -> None:
