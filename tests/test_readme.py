@@ -483,3 +483,19 @@ def test_first_verl_sweep_runs_on_cpu_as_written(tmp_path):
     trained = {line["step"]: line["metrics"] for line in lines if "dfpo/ortho_residual" in line["metrics"]}
     assert set(trained) == {1, 2}, lines
     assert all(m["dfpo/ortho_residual"] < 1e-5 and m["batching/split_groups"] == 0 for m in trained.values()), trained
+
+
+def test_the_guides_data_paths_are_where_data_prepare_writes():
+    """Every parquet path under data/ the README and the guide show names a file `cancelctl data
+    prepare` writes (<out>/<name>/<split>.parquet): copied into a sweep file, it is found."""
+    from cancelctl.data.layout import dataset_for_path
+
+    paths = []
+    for page in guide_files():
+        text = page.read_text()
+        for folder, splits in re.findall(r"\bdata/([\w.-]+)/\{([\w,]+)\}\.parquet", text):
+            paths += [(page, f"data/{folder}/{split}.parquet") for split in splits.split(",")]
+        paths += [(page, path) for path in re.findall(r"\bdata/[\w./-]+?\.parquet", text) if "{" not in path]
+    assert len(paths) >= 4, paths
+    wrong = [f"{page.relative_to(ROOT)}: {path}" for page, path in paths if dataset_for_path(path) is None]
+    assert not wrong, wrong
