@@ -23,6 +23,7 @@ ERRORS = [
     (ConnectionError("the tracking server 127.0.0.1:5000 refused the connection"), "refused the connection", 1),
     (WorkdirStateError("manifest.json is truncated: run `cancelctl status` to rebuild it"), "is truncated", 1),
     (PermissionError(13, "Permission denied", "/w/sweeps"), "Permission denied: /w/sweeps", 1),
+    (OSError(28, "No space left on device", "/w/sweeps/s/manifest.json"), "No space left on device: /w/sweeps/s/manifest.json", 1),
 ]
 VERBS = [  # (argv, the library call the verb makes: where the error is raised)
     (["status", "s"], "cancelctl.launch.sweep_status"),
