@@ -12,6 +12,16 @@ from cancelctl.stats.sequential_verdicts import SequentialVerdict
 from cancelctl.stats.verdicts import Verdict
 
 
+# how to read a claims row's p columns and labels: stated under every claims table (`Verdict.shown_p`)
+P_RULE = (
+    "p and p (Holm) are of the test the row's verdict is about: the contradicting test for 'contradicted' and "
+    "'leans against' rows (of the two tests, the one with the smaller p), the predicted direction's test for every "
+    "other row; p = twice its one-sided p (capped at 1), p (Holm) its Holm-adjusted value. The labels read off these "
+    "two: 'inconclusive after Holm' = p < 0.05 but p (Holm) ≥ 0.05; 'inconclusive (test and 95% CI disagree)' = "
+    "p (Holm) < 0.05 but the 95% CI reaches the claim's boundary (the note says)."
+)
+
+
 def verdict_text(v: Verdict) -> str:
     """The verdict cell: 'supported', 'inconclusive, ~12 seeds needed', 'cannot judge: <why>';
     a verdict on arms that are not compute-matched (judged with allow_unmatched) says so in the cell."""
@@ -25,7 +35,7 @@ def _status_text(v: Verdict) -> str:
     if v.status != "inconclusive":
         return v.status
     text = "inconclusive" + _why_undecided(v)
-    if v.distance < 0:  # the observed effect points against the claim: more seeds would contradict it
+    if v.leans_against:  # the evidence points against the claim: more seeds would contradict it
         text += ", leans against"
     if v.seeds_needed is None:
         return text if v.kind in OUTCOME_KINDS else f"{text} (no usable effect to power)"
@@ -33,13 +43,14 @@ def _status_text(v: Verdict) -> str:
 
 
 def _why_undecided(v: Verdict) -> str:
-    """Why a row whose own test decides is inconclusive: its p is below α but not after Holm across
-    the report's claims (its 95% CI then lies on one side: its own test's, not the family's), or its
-    test rejects after Holm but its 95% interval reaches the boundary (an outcome claim; the note says)."""
-    pairs = ((v.p, v.p_holm), (v.p_against, v.p_against_holm))
-    if any(math.isfinite(holm) and holm < v.alpha for _, holm in pairs):
+    """Why a row whose own test decides is inconclusive, read off the p and Holm p the row shows
+    (`Verdict.shown_p`): its p is below α but not after Holm across the report's claims (its 95% CI
+    then lies on one side: its own test's, not the family's), or its test rejects after Holm but its
+    95% interval reaches the boundary (a time-to-collapse claim; the note says)."""
+    p, holm = v.shown_p
+    if math.isfinite(holm) and holm < v.alpha:
         return " (test and 95% CI disagree)"
-    if any(math.isfinite(p) and p < v.alpha for p, _ in pairs):
+    if math.isfinite(p) and p < v.alpha:
         return " after Holm"
     return ""
 
@@ -59,8 +70,18 @@ def _num(x: float | None, signed: bool = False) -> str:
     return f"{x:+.3g}" if signed else f"{x:.3g}"
 
 
-def _p_text(p: float) -> str:
-    return "—" if not math.isfinite(p) else ("<0.001" if p < 0.001 else f"{p:.3f}")
+def _p_text(p: float, alpha: float) -> str:
+    """p to 3 decimals, or as many more as keep it on its side of α (0.04996 is "0.04996", never "0.050"
+    beside a verdict that it decided)."""
+    if not math.isfinite(p):
+        return "—"
+    if p < 0.001:
+        return "<0.001"
+    for decimals in range(3, 9):
+        text = f"{p:.{decimals}f}"
+        if (float(text) < alpha) == (p < alpha):
+            return text
+    return text
 
 
 def claim_columns(v: Verdict) -> dict[str, str]:
@@ -77,17 +98,17 @@ def claim_columns(v: Verdict) -> dict[str, str]:
 
 def verdict_rows(verdicts: Sequence[Verdict]) -> list[dict[str, str]]:
     """One display row per verdict (terminal / Markdown / HTML): the claim, where, what was
-    predicted, the verdict, the effect arm − versus with its 95% CI, the claim p of the claim's
-    test and its Holm-adjusted value (the contradicting test's for a contradicted claim), n seeds."""
+    predicted, the verdict, the effect arm − versus with its 95% CI, the claim p and its Holm-adjusted
+    value of the test the verdict is about (`Verdict.shown_p`, the rule `P_RULE` states), n seeds."""
     rows = []
     for v in verdicts:
-        contradicted = v.status == "contradicted"
+        p, holm = v.shown_p
         rows.append({
             **claim_columns(v),
             "verdict": verdict_text(v),
             "effect [95% CI]": _effect_text(v),
-            "p": _p_text(v.p_against if contradicted else v.p),
-            "p (Holm)": _p_text(v.p_against_holm if contradicted else v.p_holm),
+            "p": _p_text(p, v.alpha),
+            "p (Holm)": _p_text(holm, v.alpha),
             "n": _n_text(v),
         })
     return rows
@@ -112,20 +133,23 @@ def claims_notes(verdicts: Sequence[Verdict]) -> list[str]:
     (and group) saying what it did with runs a monitor rule stopped or another rule cut short."""
     notes = [(
         "effect = arm − versus, 95% CI (paired claims: Student's t over shared seeds, mean ± t(0.975, n−1)·sd/√n; "
-        "outcome claims: over runs, as named below); p = twice the one-sided p in the predicted direction (paired "
+        "outcome claims: over runs, as named below). Each row has two one-sided tests, each at the level of one tail "
+        "of its 95% CI: the predicted direction's, which supports the claim, and the contradicting one's (paired "
         "claims: the paired t-test against 0 or the margin, the interval's own test: p < 0.05 exactly when the 95% CI "
-        "lies wholly on that side), Holm-adjusted across every claim of this report; a verdict never disagrees with "
-        "its 95% CI ('inconclusive after Holm': its own p < 0.05, the family's not); 'inconclusive, ~N seeds "
-        "needed' = seeds (runs an arm) for 80% power at the observed effect."
+        "lies wholly on that side). " + P_RULE + " Holm adjusts each test's p across every claim of this report. "
+        "'inconclusive, ~N seeds needed' = seeds (runs an arm) for 80% power at the observed effect."
     )]
     kinds = {v.kind for v in verdicts}
     if "collapse_rate" in kinds:
-        notes.append("collapse rate: share of runs a monitor rule alerted (or stopped), every run counted; "
-                     "Boschloo's exact test, Newcombe's interval of the difference.")
+        notes.append("collapse rate: share of runs a monitor rule alerted (or stopped), every run counted; the exact "
+                     "unconditional score test of the difference (Suissa–Shuster at 0) and the 95% interval that "
+                     "inverts it (Chan–Zhang): the interval excludes 0 exactly when p < 0.05.")
     if "time_to_collapse" in kinds:
         notes.append("time to collapse: steps to the rule's first alert, runs that never collapsed censored at their "
                      "last step; log-rank test (exact permutation with few runs); effect = difference of the mean "
-                     "steps to collapse up to the common horizon (Kaplan–Meier area), negative = sooner.")
+                     "steps to collapse up to the common horizon (Kaplan–Meier area), negative = sooner. The "
+                     "log-rank test decides; the interval is another method's, so an inconclusive row's may exclude 0, "
+                     "and a decision whose interval reaches 0 is held inconclusive.")
     if kinds & set(SCALING_KINDS):
         notes.append("asymptote / efficiency: A / B of ScaleRL's curve R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) "
                      "fitted to each run's curve against its cumulative compute (the earliest 10% left out; see the "
@@ -163,13 +187,13 @@ def sequential_verdict_text(row: SequentialVerdict) -> str:
     if v.status == "cannot judge":
         return f"cannot judge: {v.reason}"
     text = v.status
-    if v.status == "inconclusive" and math.isfinite(v.distance) and v.distance < 0:
+    if v.status == "inconclusive" and v.leans_against:
         text = "inconclusive, leans against"
     return text if v.compute_matched else f"{text} (NOT compute-matched)"
 
 
 def decided_text(row: SequentialVerdict, budget_spent: bool) -> str:
-    """'look 3', 'look 4 (last; Boschloo exact)' for an outcome claim, 'no (seed budget spent)'."""
+    """'look 3', 'look 4 (judged once)' for an outcome claim, 'no (seed budget spent)'."""
     if row.verdict.status == "cannot judge":
         return "—"
     if row.decided_at is not None:
@@ -184,7 +208,7 @@ def sequential_rows(rows: Sequence[SequentialVerdict], budget_spent: Sequence[bo
     out = []
     for row, spent in zip(rows, budget_spent):
         v = row.verdict
-        contradicted = v.status == "contradicted"
+        p, adjusted = v.shown_p
         out.append({
             **claim_columns(v),
             "verdict": sequential_verdict_text(row),
@@ -192,8 +216,8 @@ def sequential_rows(rows: Sequence[SequentialVerdict], budget_spent: Sequence[bo
             "looks": str(row.looks),
             "seeds": _n_text(v),
             "effect [95% CI]": _effect_text(v),
-            "p": _p_text(v.p_against if contradicted else v.p),
-            "p (Bonferroni)": _p_text(v.p_against_holm if contradicted else v.p_holm),
+            "p": _p_text(p, v.alpha),
+            "p (Bonferroni)": _p_text(adjusted, v.alpha),
             "test": v.test if row.sequential else f"{v.test} (last look)",
         })
     return out
@@ -213,7 +237,8 @@ def sequential_notes(rows: Sequence[SequentialVerdict], looks: int, seeds_per_lo
         "seeds there; effect and its 95% CI at that look (paired claims: Student's t over shared seeds, mean ± "
         "t(0.975, n−1)·sd/√n; the last look when undecided; the interval is not anytime-valid, but an e-value that "
         "decides lies beyond its t: a decided row's interval agrees with it); p = 1/E (anytime-valid, E's running "
-        "maximum), p (Bonferroni) = m/E.",
+        "maximum), p (Bonferroni) = m/E, of the e-process the verdict is about: the one against the claim for "
+        "'contradicted' and 'leans against' rows (of the two, the one with the smaller p), the one for it otherwise.",
     ]
     if any(not row.sequential and row.verdict.judged for row in rows):
         notes.append("outcome claims (collapse rate, time to collapse, alert order) are unpaired: judged once, at the "

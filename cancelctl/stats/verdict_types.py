@@ -69,6 +69,23 @@ class Verdict:
     def judged(self) -> bool:
         return self.status != "cannot judge"
 
+    @property
+    def leans_against(self) -> bool:
+        """Whether the row's evidence points against the claim: of its two tests the contradicting one
+        has the smaller p (each is twice a one-sided p capped at 1, so at most one of them is below 1;
+        a contradicted row's is); with no p to tell (both 1, or none), the effect is on the
+        contradicting side of the boundary. The report's p columns show this test (`shown_p`)."""
+        if math.isfinite(self.p) and math.isfinite(self.p_against) and self.p != self.p_against:
+            return self.p_against < self.p
+        return self.distance < 0
+
+    @property
+    def shown_p(self) -> tuple[float, float]:
+        """(p, Holm p) the report shows beside the verdict: those of the test that decided the row, or
+        would with more seeds — the contradicting test's when it `leans_against`, else the predicted
+        direction's. Every label of the row ('after Holm', 'leans against') reads off these two."""
+        return (self.p_against, self.p_against_holm) if self.leans_against else (self.p, self.p_holm)
+
 
 @dataclass(frozen=True)
 class Judging:
