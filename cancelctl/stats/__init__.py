@@ -12,7 +12,7 @@ file, prints, plots or touches MLflow: the report (`cancelctl.report`) hands the
     frames         the tidy metrics frame split per key, last values, a metric on a compute axis
     compute_match  the compute-matched protocol on logged compute
     evidence       the paired evidence for one claim on one group, per direction
-    rates          how often runs collapse: Boschloo's exact test, Newcombe's interval, the sign test
+    rates          how often runs collapse: an exact score test and the interval inverting it, the sign test
     survival       time to collapse: the log-rank test (exact permutation at few runs), restricted mean
     outcomes       claims on the monitor's alerts: collapse rate, time to collapse, alert order
     options        ComparisonOptions: how arms are compared (compute-match tolerance, α, power, minimum seeds)

@@ -8,8 +8,8 @@ its last logged step:
 - otherwise censored: at the stop, when another rule stopped the run first (what it would have
   done next is unknown), else at its last logged step (a finished run: its budget).
 
-- collapse_rate: collapsed runs of arm vs versus, Boschloo's exact test and Newcombe's interval
-  (`rates.compare_rates`). A run another rule stopped before any collapse is left out of the rate,
+- collapse_rate: collapsed runs of arm vs versus, the exact unconditional score test and the
+  interval that inverts it (`rates.compare_rates`). A run another rule stopped before any collapse is left out of the rate,
   counted in the verdict's note.
 - time_to_collapse: steps to the collapse, censored runs as such; the log-rank test (exact
   permutation at few runs) and the restricted-mean difference in steps (`survival.compare_times`).
@@ -21,9 +21,11 @@ its last logged step:
   A `first` rule that alerts early in every run passes this test without predicting anything:
   read it beside that rule's own collapse rate.
 Every p here is a claim p (`evidence.doubled`: each one-sided test at α/2, one tail of the 95%
-interval shown beside it); `verdicts.agreeing` holds each verdict to that interval, which is not the
-test's own inversion (Newcombe's beside Boschloo's, the restricted-mean difference beside the
-log-rank; Clopper–Pearson's is the sign test's).
+interval shown beside it). A rate's interval inverts its test and Clopper–Pearson's the sign test:
+the interval excludes the boundary exactly when the test rejects. A time's interval (the
+restricted-mean difference) is not the log-rank's inversion: the log-rank decides, and
+`verdicts.agreeing` holds a decision to that interval (an inconclusive row's interval may still
+exclude 0; the table's note says the test decides).
 Frames in, `Verdict`s out (the Holm adjustment is `verdicts`'); nothing here reads the run folders.
 """
 
@@ -149,7 +151,7 @@ def _rate_evidence(claim: ClaimSpec, base, a: list[Outcome], b: list[Outcome]):
     p_for, p_against = (test.p_greater, test.p_less) if claim.direction == "higher" else (test.p_less, test.p_greater)
     p_for, p_against = doubled(p_for), doubled(p_against)
     return replace(
-        base, metric=f"{base.metric}: {k_a}/{len(a)} vs {k_b}/{len(b)}", test="Boschloo exact",
+        base, metric=f"{base.metric}: {k_a}/{len(a)} vs {k_b}/{len(b)}", test="exact score (unconditional)",
         arm_mean=k_a / len(a), versus_mean=k_b / len(b), effect=test.difference, ci_lo=test.ci_lo, ci_hi=test.ci_hi,
         distance=test.difference if claim.direction == "higher" else -test.difference, p=p_for, p_against=p_against,
         event_fraction=(k_a + k_b) / (len(a) + len(b)),

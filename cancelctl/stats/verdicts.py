@@ -18,8 +18,10 @@ Decisions, stated once:
   (`evidence.doubled`), so p < α exactly when the interval lies wholly on that side. Directional
   claims (higher / lower): "supported" is a rejection of "arm − versus ≤ 0" (for higher), a true
   null gives a false "supported" at rate ≤ α/2; "contradicted" is the mirror test (significantly
-  the other way). Outcome claims' exact tests are not their intervals' inversions: a verdict whose
-  interval does not agree (`evidence.interval_agrees`) stays inconclusive and its note says so.
+  the other way). An outcome claim's interval inverts its exact test too (rates, alert order), but a
+  time to collapse's (the restricted-mean difference) is not the log-rank's: the test decides, and a
+  verdict whose interval does not agree (`evidence.interval_agrees`) stays inconclusive, its note
+  saying so.
 - not_higher / not_lower / similar test against a margin m (non-inferiority; equivalence by two
   one-sided tests, TOST): "supported" means the difference is significantly inside the margin,
   "contradicted" significantly outside it. Without a margin "no difference" cannot be supported.
@@ -154,8 +156,8 @@ def _with_holm(rows: list[Verdict], options: ComparisonOptions) -> list[Verdict]
 
 def agreeing(v: Verdict) -> Verdict:
     """`v`, or `v` inconclusive with a note when the 95% interval shown beside its verdict does not
-    agree with it (an outcome claim's exact test is not its interval's inversion; a paired claim's t
-    always agrees)."""
+    agree with it (a time to collapse's log-rank is not its interval's inversion; every other test
+    is its interval's, and agrees)."""
     center = 0.5 if v.kind == "alert_order" else 0.0  # an alert order's effect is a share, tested against 1/2
     if interval_agrees(v.status, v.ci_lo, v.ci_hi, predicted_range(v.direction, v.margin, center)):
         return v

@@ -115,7 +115,7 @@ def test_a_metric_a_stopped_run_cannot_have_is_said_per_claim_with_the_count(sto
 def test_the_collapse_claims_are_judged_from_every_run(stopped_report):
     table = verdicts(stopped_report)
     collapse, time, order = table.loc["collapse"], table.loc["time"], table.loc["order"]
-    assert collapse["status"] == "supported" and collapse["test"] == "Boschloo exact"
+    assert collapse["status"] == "supported" and collapse["test"] == "exact score (unconditional)"
     assert (collapse["n_seeds"], collapse["n_versus"], collapse["effect"]) == (6, 6, pytest.approx(5 / 6))
     assert collapse["p_holm"] < 0.05
     assert time["status"] != "cannot judge" and time["test"] == "log-rank (exact permutation)"

@@ -50,7 +50,7 @@ def judge(claims, stopped_at, **kw):
 
 def test_collapse_rate_counts_every_run():
     [v] = judge([claim("collapse_rate")], {0: 40, 1: 55, 2: 70, 3: 90})
-    assert v.status == "supported" and v.test == "Boschloo exact"  # the only row: Holm changes nothing
+    assert v.status == "supported" and v.test == "exact score (unconditional)"  # the only row: Holm changes nothing
     assert (v.n_seeds, v.n_versus, v.arm_mean, v.versus_mean, v.effect) == (5, 5, 0.8, 0.0, 0.8)
     assert v.p < 0.05 and v.metric.endswith("4/5 vs 0/5")
     assert v.ci_lo > 0 and v.ci_hi <= 1

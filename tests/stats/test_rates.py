@@ -1,6 +1,7 @@
-"""Rates of an outcome over runs: Boschloo's exact test against values worked by hand and against
-Fisher's (scipy), its level checked exactly; Newcombe's interval against the paper's own table; the
-sign test with its Clopper–Pearson interval; the planning numbers."""
+"""Rates of an outcome over runs: the exact unconditional score test against values worked by hand and
+against scipy's (`barnard_exact`, pooled), its level checked exactly; the interval that inverts it,
+checked to agree with the test on every table and to cover exactly; the sign test with its
+Clopper–Pearson interval; the planning numbers."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from scipy import stats
 
 from cancelctl.stats.rates import (
     compare_rates,
-    newcombe_interval,
     runs_for_rate_difference,
     runs_for_share,
     share_test,
@@ -20,12 +20,12 @@ from cancelctl.stats.rates import (
 )
 
 
-def test_boschloo_on_tables_worked_by_hand():
-    # 4/4 vs 0/4: the observed table is the only one as extreme (Fisher p 1/70), so Boschloo's p is
-    # sup over π of P(X_a = 4, X_b = 0) = π⁴(1 − π)⁴, at π = 1/2: 1/256
+def test_the_exact_test_on_tables_worked_by_hand():
+    # 4/4 vs 0/4: the observed table is the only one as extreme, so the p is sup over π of
+    # P(X_a = 4, X_b = 0) = π⁴(1 − π)⁴, at π = 1/2: 1/256
     assert compare_rates(4, 4, 0, 4).p_greater == pytest.approx(1 / 256, rel=1e-6)
-    # 3/4 vs 0/4: as or more extreme by Fisher's p are (3, 0), (4, 0), (4, 1); at π = 1/2 they weigh
-    # (4·1 + 1·1 + 1·4) / 256 = 9/256 (Fisher's conditional p is 5/70 = 0.071)
+    # 3/4 vs 0/4: as or more extreme by the score statistic (2.19, 2.19, 2.83) are (3, 0), (4, 1),
+    # (4, 0); at π = 1/2 they weigh (4·1 + 1·4 + 1·1) / 256 = 9/256 (Fisher's conditional p is 5/70)
     three = compare_rates(3, 4, 0, 4)
     assert three.p_greater == pytest.approx(9 / 256, rel=1e-6) and three.p_less == 1.0
     assert three.difference == 0.75
@@ -33,18 +33,25 @@ def test_boschloo_on_tables_worked_by_hand():
     assert compare_rates(0, 4, 3, 4).p_less == pytest.approx(9 / 256, rel=1e-6)
 
 
-def test_boschloo_is_never_above_fishers_p():
-    """Boschloo's test is uniformly more powerful than Fisher's exact test (it uses Fisher's p as
-    its statistic and maximises over the nuisance rate); checked on every 5-vs-5 table."""
-    for k_a, k_b in itertools.product(range(6), repeat=2):
-        if k_a + k_b in (0, 10):
-            continue
-        fisher = stats.fisher_exact([[k_a, k_b], [5 - k_a, 5 - k_b]], alternative="greater").pvalue
-        assert compare_rates(k_a, 5, k_b, 5).p_greater <= fisher + 1e-9, (k_a, k_b)
+def test_the_exact_test_is_scipys_pooled_barnard_test():
+    """At δ0 = 0 the score statistic is the pooled Z: the test is Suissa & Shuster's, scipy's
+    `barnard_exact(pooled=True)`; checked on every 5-vs-4 table, each way. One differs: 1/5 vs 2/4
+    ties 4/5 vs 4/4 (Z = −0.3/√(2/9 · 0.45) = −0.2/√(8/81 · 0.45) = −0.9487), which scipy's floating
+    point leaves out and "at least as extreme" counts in."""
+    for k_a, k_b in itertools.product(range(6), range(5)):
+        table = [[k_a, k_b], [5 - k_a, 4 - k_b]]
+        test = compare_rates(k_a, 5, k_b, 4)
+        for alternative, p in (("greater", test.p_greater), ("less", test.p_less)):
+            want = stats.barnard_exact(table, alternative=alternative, pooled=True).pvalue
+            if (k_a, k_b, alternative) == (1, 2, "less"):
+                rates = np.linspace(0, 1, 1001)  # max(f + g) ≤ max f + max g, g the tied table's chance
+                assert want < p <= want + (stats.binom.pmf(4, 5, rates) * stats.binom.pmf(4, 4, rates)).max()
+                continue
+            assert p == pytest.approx(want, abs=1e-6), (k_a, k_b, alternative)
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.3, 0.5, 0.8])
-def test_boschloo_keeps_its_level_exactly(rate):
+def test_the_exact_test_keeps_its_level_exactly(rate):
     """Under equal rates the chance of p < α, summed over every possible 5-vs-5 outcome, is ≤ α."""
     size = 0.0
     for k_a, k_b in itertools.product(range(6), repeat=2):
@@ -57,21 +64,40 @@ def test_no_event_or_every_event_carries_no_evidence():
     for k in (0, 4):
         test = compare_rates(k, 4, k, 4)
         assert test.p_greater == test.p_less == 1.0 and test.difference == 0.0
+        assert test.ci_lo < 0 < test.ci_hi
 
 
-@pytest.mark.parametrize(
-    "counts,expected",
-    [  # Newcombe 1998, Stat. Med. 17:873–890, Table II, method 10 (hybrid score, no continuity correction)
-        ((56, 70, 48, 80), (0.0524, 0.3339)),
-        ((9, 10, 3, 10), (0.1705, 0.8090)),
-        ((5, 56, 0, 29), (-0.0381, 0.1926)),
-        ((0, 10, 0, 20), (-0.1611, 0.2775)),
-        ((10, 10, 0, 20), (0.6791, 1.0000)),
-    ],
-)
-def test_newcombe_interval_matches_the_papers_table(counts, expected):
-    lo, hi = newcombe_interval(*counts)
-    assert (round(lo, 4), round(hi, 4)) == expected
+def test_the_interval_seen_beside_an_inconclusive_rate_now_reaches_0():
+    """lab-claims-mismatch: 3/4 vs 0/4 read "inconclusive" (claim p 0.070) beside Newcombe's
+    [+0.085, +0.954], an interval of another method that excluded 0."""
+    test = compare_rates(3, 4, 0, 4)
+    assert 2 * test.p_greater == pytest.approx(0.0703, abs=1e-4)
+    assert test.ci_lo < 0 < test.ci_hi
+
+
+@pytest.mark.parametrize("n_a,n_b", [(4, 4), (5, 5), (3, 6)])
+def test_the_interval_excludes_0_exactly_when_the_test_rejects(n_a, n_b):
+    """On every table: the 95% interval lies above 0 exactly when the claim p (twice the one-sided)
+    of "rate a > rate b" is below 0.05, below 0 exactly when that of "rate a < rate b" is."""
+    for k_a, k_b in itertools.product(range(n_a + 1), range(n_b + 1)):
+        test = compare_rates(k_a, n_a, k_b, n_b)
+        assert test.ci_lo <= test.difference <= test.ci_hi, (k_a, k_b)
+        assert (test.ci_lo > 0) == (2 * test.p_greater < 0.05), (k_a, k_b, test)
+        assert (test.ci_hi < 0) == (2 * test.p_less < 0.05), (k_a, k_b, test)
+
+
+@pytest.mark.parametrize("n_a,n_b", [(4, 4), (5, 3)])
+def test_the_interval_covers_at_least_95_percent_exactly(n_a, n_b):
+    """Exact coverage (every table weighed by its probability) at 49 pairs of true rates: ≥ 95%."""
+    intervals = {(k_a, k_b): (compare_rates(k_a, n_a, k_b, n_b).ci_lo, compare_rates(k_a, n_a, k_b, n_b).ci_hi)
+                 for k_a, k_b in itertools.product(range(n_a + 1), range(n_b + 1))}
+    worst = 1.0
+    for p_a, p_b in itertools.product(np.linspace(0.05, 0.95, 7), repeat=2):
+        covered = sum(stats.binom.pmf(k_a, n_a, p_a) * stats.binom.pmf(k_b, n_b, p_b)
+                      for (k_a, k_b), (lo, hi) in intervals.items() if lo - 1e-9 <= p_a - p_b <= hi + 1e-9)
+        worst = min(worst, covered)
+    print(f"{n_a} vs {n_b}: worst coverage {worst:.4f}")
+    assert worst >= 0.95
 
 
 def test_wilson_interval_stays_inside_zero_one():
@@ -99,3 +125,13 @@ def test_planning_numbers():
     ks = np.arange(needed + 1)
     power = stats.binom.pmf(ks[stats.binom.sf(ks - 1, needed, 0.5) <= 0.05], needed, 0.8).sum()
     assert power >= 0.8 and runs_for_share(0.5) is None
+
+
+@pytest.mark.parametrize("n", range(5, 13))
+def test_the_sign_tests_interval_excludes_one_half_exactly_when_it_rejects(n):
+    """Clopper–Pearson's interval inverts the two one-sided binomial tests at 2.5% each: an alert
+    order's interval lies above 1/2 exactly when its claim p is below 0.05, below it likewise."""
+    for k in range(n + 1):
+        test = share_test(k, n)
+        assert (test.ci_lo > 0.5) == (2 * test.p_greater < 0.05), (k, n)
+        assert (test.ci_hi < 0.5) == (2 * test.p_less < 0.05), (k, n)

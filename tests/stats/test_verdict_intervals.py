@@ -213,9 +213,9 @@ def test_a_row_decided_alone_but_not_after_holm_says_so():
 
 
 def test_an_outcome_verdict_its_interval_does_not_back_stays_inconclusive():
-    """An outcome claim's exact test is not its interval's inversion (Boschloo beside Newcombe, the
-    log-rank beside the restricted-mean difference): a decision its 95% interval does not back is not
-    printed; the cell and the note say why."""
+    """A time to collapse's log-rank is not its interval's inversion (the restricted-mean difference):
+    a decision its 95% interval does not back is not printed; the cell and the note say why (shown on
+    rows built by hand, a rate's among them: `agreeing` holds any kind)."""
     from cancelctl.report.claims import verdict_text
     from cancelctl.stats.verdicts import Verdict, agreeing
 
