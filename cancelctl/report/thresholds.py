@@ -25,23 +25,32 @@ Crossing = Callable[[np.ndarray, np.ndarray, float, int], "float | None"]
 def default_kappa(sweep: PreparedSweep, metric: str) -> tuple[float | None, str]:
     """κ when none is given: DEFAULT_KAPPA_FRACTION of the way from the baseline's first to its
     peak seed-mean reward, the lowest over groups — so the baseline reaches it in every group and
-    every arm's Compute@Reward can be normalised."""
+    every arm's Compute@Reward can be normalised. A group whose baseline never rises above its first
+    value gives none (κ would be that first value, which every run "reaches" at its first point): with
+    no group left, no threshold can be set and the note says so."""
     if not sweep.has(metric):
         return None, f"no κ: {metric} not logged"
     points = sweep.by_key[metric].join(sweep.runs[["group", "arm"]], on="run_id")
     base = points[points["arm"] == sweep.baseline]
-    candidates = []
-    for _, part in base.groupby("group"):
+    candidates, flat = [], []
+    for group, part in base.groupby("group"):
         mean_curve = part.groupby("step")["value"].mean().sort_index()
         first, peak = float(mean_curve.iloc[0]), float(mean_curve.max())
-        candidates.append(first + DEFAULT_KAPPA_FRACTION * (peak - first))
+        if peak > first:
+            candidates.append(first + DEFAULT_KAPPA_FRACTION * (peak - first))
+        else:
+            flat.append(f"{group} (flat at {first:.4g})" if group else f"flat at {first:.4g}")
+    no_rise = (f"no rise: the baseline's seed-mean {metric} never goes above its first value "
+               f"({'; '.join(flat)}), where every run would reach κ at its first point") if flat else ""
     if not candidates:
+        if flat:
+            return None, f"no κ: {no_rise}; no threshold can be set (give one with --threshold)"
         return None, f"no κ: the baseline logged no {metric}"
     kappa = min(candidates)
     note = (
         f"κ = {kappa:.4g} (default: {DEFAULT_KAPPA_FRACTION:.0%} of the way from the baseline's first to its peak "
         f"seed-mean {metric}, lowest over groups; set it with --threshold)"
-    )
+    ) + (f"; groups left out, {no_rise}" if flat else "")
     return kappa, note
 
 
@@ -71,8 +80,7 @@ def compute_at_reward_tables(
     title = f"Compute@Reward={'κ' if kappa is None else f'{kappa:.4g}'} ({COMPUTE_LABELS[compute]})"
     compute_key = COMPUTE_KEYS[compute]
     if kappa is None or not sweep.has(metric) or not sweep.has(compute_key):
-        missing = [k for k in (metric, compute_key) if not sweep.has(k)] or ["κ"]
-        return [ReportTable.not_logged("compute_at_reward", title, *missing)]
+        return [_no_table(sweep, "compute_at_reward", title, metric, compute_key)]
     points = frames.on_compute_axis(sweep.by_key[metric], sweep.by_key[compute_key]).rename(columns={"compute": "x"})
     unit = COMPUTE_LABELS[compute]
     return list(
@@ -88,13 +96,21 @@ def steps_to_threshold_tables(
     """[D eq. 19] Steps(reward ≥ κ) on the training reward."""
     title = f"Steps to reward ≥ {'κ' if kappa is None else f'{kappa:.4g}'}"
     if kappa is None or not sweep.has(metric):
-        return [ReportTable.not_logged("steps_to_threshold", title, metric)]
+        return [_no_table(sweep, "steps_to_threshold", title, metric)]
     points = sweep.by_key[metric].assign(x=lambda f: f["step"].astype(float))
     return list(
         _threshold_tables(
             sweep, points, crossing.steps_to_threshold, kappa, smooth_window, "steps_to_threshold", title, "steps"
         )
     )
+
+
+def _no_table(sweep: PreparedSweep, name: str, title: str, metric: str, *more: str) -> ReportTable:
+    """The section of a threshold table that has no κ: the keys not logged, else why there is no κ."""
+    missing = [key for key in (metric, *more) if not sweep.has(key)]
+    if missing:
+        return ReportTable.not_logged(name, title, *missing)
+    return ReportTable(name, title, pd.DataFrame(), pd.DataFrame(), [default_kappa(sweep, metric)[1]])
 
 
 def _threshold_tables(

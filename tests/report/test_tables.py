@@ -259,3 +259,32 @@ def test_a_threshold_no_curve_can_cross_is_refused_exit_2(tmp_path, kappa):
         report_for(tmp_path, threshold=kappa, plots=False)
     assert caught.value.exit_code == 2 and "every value of critic/score/mean in this sweep" in str(caught.value)
     assert not (tmp_path / "synthetic").exists()
+
+
+def test_a_flat_baseline_sets_no_threshold(tmp_path):
+    """A baseline whose training reward never rises (the tiny lab's reward is 0 throughout) gave κ = 0,
+    its first value, and every run "reached" it at step 1 (1.00× everywhere): no κ, and each
+    threshold table says why, as the scaling table says "no rise"."""
+    runs, metrics = synthetic_sweep()
+    flat = metrics["run_id"].str.startswith("gspo") & (metrics["key"] == "critic/score/mean")
+    metrics.loc[flat, "value"] = 0.0
+    report = report_for(tmp_path, runs, metrics, plots=False)
+    assert report.kappa is None
+    assert report.kappa_note.startswith("no κ: no rise: the baseline's seed-mean critic/score/mean never goes above")
+    assert "no threshold can be set" in report.kappa_note
+    for name in ("compute_at_reward", "steps_to_threshold"):
+        table = report.table(name)
+        assert table.display.empty and table.notes == [report.kappa_note]
+    assert "no threshold can be set" in (report.out_dir / "report.md").read_text()
+
+
+def test_a_group_whose_baseline_is_flat_is_left_out_of_the_default_threshold(tmp_path):
+    runs, metrics = synthetic_sweep()
+    flat = metrics["run_id"].str.startswith("gspo-G4") & (metrics["key"] == "critic/score/mean")
+    metrics.loc[flat, "value"] = 0.0
+    report = report_for(tmp_path, runs, metrics, plots=False)
+    assert report.kappa is not None and report.kappa > 0.1
+    assert "groups left out, no rise" in report.kappa_note and "rollout.G=4 (flat at 0)" in report.kappa_note
+    display = report.table("compute_at_reward").display
+    assert (display.loc[(display["group"] == "rollout.G=4") & (display["arm"] == "dfpo"), "vs gspo"]
+            == "n/a (baseline not reached)").all()
