@@ -31,6 +31,7 @@ Schema (version 1)::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -45,7 +46,7 @@ from typing import Any
 
 from cancelctl import fileio
 from cancelctl.errors import WorkdirStateError
-from cancelctl.fileio import LockBusy, atomic_write_json
+from cancelctl.fileio import LockBusy, atomic_write_json, read_json, unreadable_cause
 
 log = logging.getLogger("cancelctl.launch")
 
@@ -184,7 +185,12 @@ def _check_types(cls: type, data: Any, where: str, skip: tuple[str, ...] = ()) -
     """`data` if each of its fields has the type `cls` declares (TypeError naming the field): a
     manifest edited by hand or by another version is refused as damaged, not met later as a crash."""
     hints = typing.get_type_hints(cls)
-    for name, value in _mapping(data, where).items():
+    required = [f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [name for name in required if name not in _mapping(data, where)]
+    if missing:  # said here, not as the constructor's "__init__() missing 2 required positional arguments"
+        raise TypeError(f"{where}: no {', '.join(missing)}")
+    for name, value in data.items():
         if name in hints and name not in skip and not _is_a(value, hints[name]):
             raise TypeError(f"{where}.{name}: {value!r} is not {_type_name(hints[name])}")
     return data
@@ -242,13 +248,18 @@ class ManifestStore:
     `recover` (given by `SweepPaths.store`) rebuilds a manifest from the sweep's run folders, or
     returns None when there are none: a manifest found truncated, empty or not a manifest is then
     moved aside (`manifest.json.damaged-<time>`) and replaced by the rebuilt one, with a warning;
-    a deleted one is rebuilt the same way. What the rebuild cannot know (job ids of runs still in a
-    scheduler's queue) the next `cancelctl sweep FILE` submits again; finished runs stay finished."""
+    a deleted one is rebuilt the same way. The sweep file and its baseline arm, which no run folder
+    holds, are kept beside the manifest (`identity.json`, written when they change) and put back
+    into a rebuilt one: `report` keeps its default baseline. What the rebuild cannot know (job ids of
+    runs still in a scheduler's queue) the next `cancelctl sweep FILE` submits again; finished runs
+    stay finished."""
 
     def __init__(self, path: Path, recover: Callable[[], Manifest | None] | None = None):
         self.path = Path(path)
         self.lock_path = self.path.with_name("manifest.lock")
+        self.identity_path = self.path.with_name("identity.json")
         self.recover = recover
+        self._identity: dict[str, Any] | None = None  # as last written or read
 
     def exists(self) -> bool:
         return self.path.is_file() or (self.recover is not None and self._rebuilt() is not None)
@@ -302,14 +313,25 @@ class ManifestStore:
                 raise TypeError(f"a JSON {type(data).__name__}, not an object")
             return Manifest.from_json(data)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            cause = "empty file" if not text.strip() else f"{type(exc).__name__}: {exc}"
+            cause = "empty file" if not text.strip() else unreadable_cause(exc)  # the cause, not the class
             raise ManifestDamaged(self.path, cause) from None
 
     def _rebuilt(self) -> Manifest | None:
-        return self.recover() if self.recover is not None else None
+        rebuilt = self.recover() if self.recover is not None else None
+        kept = read_json(self.identity_path) if rebuilt is not None else None
+        if isinstance(kept, dict) and kept.get("sweep") == rebuilt.sweep:
+            rebuilt.file = rebuilt.file or (kept.get("file") if isinstance(kept.get("file"), str) else None)
+            rebuilt.baseline = rebuilt.baseline or (kept.get("baseline") if isinstance(kept.get("baseline"), str) else None)
+        return rebuilt
 
     def save(self, manifest: Manifest) -> None:
         atomic_write_json(self.path, manifest.to_json())
+        identity = {"sweep": manifest.sweep, "file": manifest.file, "baseline": manifest.baseline}
+        if self._identity is None:
+            self._identity = read_json(self.identity_path)
+        if identity != self._identity and (manifest.file or manifest.baseline):
+            atomic_write_json(self.identity_path, identity)
+            self._identity = identity
 
     @contextlib.contextmanager
     def update(self, create: Manifest | None = None) -> Iterator[Manifest]:

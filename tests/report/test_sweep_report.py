@@ -46,3 +46,36 @@ def test_report_leaves_out_runs_of_an_earlier_version_of_the_sweep(tmp_path):
     assert any("unreachable" in note and "run folders" in note for note in offline.notes)
     cols = ["group", "arm", "benchmark", "n_seeds", "mean"]
     assert offline.table("final_scores").data[cols].equals(scores[cols])
+
+
+def test_a_rebuilt_manifest_keeps_the_baseline_and_says_the_damage_in_words(tmp_path, caplog):
+    """A damaged manifest is rebuilt from the run folders, which hold no sweep file: `report` then
+    exited 2 for want of a baseline until `sweep` ran again, and the warning named a class
+    ("JSONDecodeError: Expecting value ..."). The baseline comes back; the cause is said in words."""
+    import json
+    import logging
+
+    from cancelctl.manifest import Manifest, RunEntry
+    from cancelctl.report.sweep_report import sweep_baseline
+    from cancelctl.workdir import sweep_paths
+
+    work = tmp_path / "work"
+    paths = sweep_paths(work, "rt")
+    run_dir = paths.run_dir("abc123", "a-s0")
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"run_id": "abc123", "name": "a-s0", "run": {
+        "arm": "a", "seed": 0, "group": "", "spec": {"executor": "debug"}}}))
+    paths.store.save(Manifest(sweep="rt", executor="debug", file=str(tmp_path / "rt.yaml"), baseline="b",
+                              runs={"abc123": RunEntry("a-s0", "a", 0)}))
+    for damage, cause in (("garbage{", "not JSON: Expecting value at line 1 column 1"),
+                          ('{"version": 1}', "manifest: no sweep, executor"), (None, "is missing")):
+        if damage is None:
+            paths.manifest.unlink()
+        else:
+            paths.manifest.write_text(damage)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="cancelctl.launch"):
+            assert sweep_baseline(work, "rt") == "b"
+        assert cause in caplog.text and "Error" not in caplog.text and "__init__" not in caplog.text, caplog.text
+        rebuilt = paths.store.load()
+        assert (rebuilt.baseline, rebuilt.file, list(rebuilt.runs)) == ("b", str(tmp_path / "rt.yaml"), ["abc123"])
