@@ -6,6 +6,7 @@ and report, so none of them reaches into another for a path.
       cache/                        shared by runs (lab warm-start policies)
       sweeps/<sweep>/
         manifest.json, manifest.lock, submit.lock, driver.log
+        launch.lock, cancel.json    a launcher starting, a `cancel` it must honour (cancelctl.launch.starting)
         seed_rounds.json            the looks of a sweep run until decided (cancelctl.seed_rounds)
         runs/<name>__<run_id>/      one RunFolder per run (readable: arm, grid point, seed, run id)
         runs/<run_id>/              the same, as work dirs made before readable names: still used
@@ -221,6 +222,16 @@ class SweepPaths:
     def seed_rounds(self) -> Path:
         """The seeds each look of a sweep run until decided holds (`cancelctl.seed_rounds`)."""
         return self.sweep_dir / SEED_ROUNDS_JSON
+
+    @property
+    def launch_lock(self) -> Path:
+        """Held (shared) by each launcher of the sweep from its first moment: `cancel` knows it is starting."""
+        return self.sweep_dir / "launch.lock"
+
+    @property
+    def cancel_request(self) -> Path:
+        """A `cancel` made while a launch was still starting (`cancelctl.launch.starting`)."""
+        return self.sweep_dir / "cancel.json"
 
     @property
     def submit_lock(self) -> Path:

@@ -3,6 +3,7 @@ follow it, say where each run is, stop it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Optional
@@ -72,31 +73,73 @@ def sweep(
         interrupted_message,
         signals_interrupt,
     )
+    from cancelctl.launch.starting import hold_at, launching
     from cancelctl.spec.executors import check_executor_name
+    from cancelctl.workdir import sweep_paths
 
     if executor is not None:
         check_executor_name(executor)
     if not until_decided and (max_seeds is not None or batch is not None):
         fail_input(ArgumentError("--max-seeds and --batch go with --until-decided"))
-    plan_ = load_sweep_file(path, allow_unmatched)
-    runner = get_executor(executor or plan_.runs[0].spec.executor)
-    will_wait = (wait if wait is not None else runner.waits_by_default) and not dry_run
     wd = workdir_path(workdir)
-    launch = dict(workdir=wd, executor=executor, dry_run=dry_run, retry_failed=retry_failed, retry_stopped=retry_stopped)
+    name = path.stem  # until the file says
     try:
-        with signals_interrupt():
-            if until_decided and not dry_run:  # prints its rounds and verdicts, exits
-                _until_decided(plan_, wd, will_wait, max_seeds, batch, allow_unmatched, launch)
-            result = _launch(_with_rounds(plan_, wd), runner, will_wait, wd, launch)  # (a dry run: this look's)
+        with signals_interrupt():  # from the first moment: a signal while the file is read is said too
+            announced = None if dry_run else _sweep_name(path)
+            name = announced or name
+            # `cancel` knows the launch from here, before the file is validated (`launch_sweep` announces
+            # it too, once validated, where the file gave no name this way)
+            with launching(sweep_paths(wd, announced)) if announced else contextlib.nullcontext():
+                hold_at("loading")
+                plan_ = load_sweep_file(path, allow_unmatched)
+                name = plan_.name
+                runner = get_executor(executor or plan_.runs[0].spec.executor)
+                will_wait = (wait if wait is not None else runner.waits_by_default) and not dry_run
+                launch = dict(workdir=wd, executor=executor, dry_run=dry_run, retry_failed=retry_failed,
+                              retry_stopped=retry_stopped)
+                if until_decided and not dry_run:  # prints its rounds and verdicts, exits
+                    _until_decided(plan_, wd, will_wait, max_seeds, batch, allow_unmatched, launch)
+                result = _launch(_with_rounds(plan_, wd), runner, will_wait, wd, launch)  # (a dry run: this look's)
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, a closed terminal
         resume = " ".join(["cancelctl sweep", str(path)] + (["-w", str(workdir)] if workdir else [])
                           + (["--executor", executor] if executor else [])
                           + (["--until-decided"] if until_decided else [])
                           + ([f"--max-seeds {max_seeds}"] if max_seeds is not None else [])
                           + ([f"--batch {batch}"] if batch is not None else []))
-        err_console.print(interrupted_message(exc, plan_.name, resume), highlight=False, markup=False, soft_wrap=True)
+        message = interrupted_message(exc, name, resume, None if dry_run else _left_by_interrupt(wd, name))
+        err_console.print(message, highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code if isinstance(exc, Interrupted) else 130) from None
     _print_launch(result, plan_)
+
+
+def _sweep_name(path: Path) -> str | None:
+    """The sweep file's name, read without validating the file (milliseconds; validating takes a good
+    part of a second); None where the file gives none so — its full load says what is wrong."""
+    from cancelctl.spec.yamlpos import load_yaml_file
+    from cancelctl.workdir import check_sweep_name
+
+    try:
+        data, _ = load_yaml_file(path)
+        return check_sweep_name(data["name"])
+    except Exception:  # noqa: BLE001 - reported by the full load, with its file:line
+        return None
+
+
+def _left_by_interrupt(wd: Path, name: str):
+    """The states of the runs an interrupted launch left ([]: it recorded none), for its last line;
+    None when they cannot be read (said as a warning)."""
+    from cancelctl.errors import SweepNotFound
+    from cancelctl.launch import sweep_status
+    from cancelctl.launch.interrupt import signals_recorded
+
+    with signals_recorded():  # a second signal does not cut the last line short
+        try:
+            return sweep_status(wd, name)
+        except SweepNotFound:
+            return []
+        except Exception as exc:  # noqa: BLE001 - the interrupt is what this screen is about
+            say(err_console, "warning:", "yellow", f"the states of sweep {name} could not be read: {exc}")
+            return None
 
 
 def _with_rounds(plan_, wd: Path):

@@ -13,6 +13,7 @@ from cancelctl.executors.driver import driver_alive
 from cancelctl.fileio import file_lock, file_lock_if_free, read_json
 from cancelctl.manifest import ManifestBusy
 from cancelctl.runstate import CANCELLED, COMPLETED, STOPPED, TERMINAL, UNSUBMITTED, RunState, SweepStates
+from cancelctl.launch.starting import launch_in_progress, request_cancel
 from cancelctl.launch.states import sweep_states
 from cancelctl.workdir import RunFolder, SweepPaths, existing_sweep, sweep_paths
 
@@ -105,13 +106,25 @@ def wait_for_sweep(
 def cancel_sweep(workdir: Path, sweep: str) -> list[str]:
     """Stop every queued, pending and running run of `sweep`; returns the cancelled job ids (SLURM
     array ids, local process ids). Returns once none of them is left running (or raises
-    TimeoutError after CANCEL_TIMEOUT_S). A sweep whose first launch is still planning (its folder
-    and submit lock exist, its manifest not yet) is waited for, then cancelled: never 'unknown'."""
+    TimeoutError after CANCEL_TIMEOUT_S). A sweep still starting (its launcher announced, its
+    manifest not yet written: `cancelctl.launch.starting`) is never 'unknown': the request left here
+    makes the launch submit none of its runs, and `cancel` returns once it has recorded them
+    cancelled, or has ended without recording any."""
     paths = sweep_paths(workdir, sweep)
-    if not (paths.submit_lock.exists() and not paths.store.exists()):
-        paths = existing_sweep(workdir, sweep)
+    if not launch_in_progress(paths):
+        paths = existing_sweep(workdir, sweep)  # SweepNotFound: neither run here nor starting
+    request_cancel(paths)  # first: a launch that has not submitted yet honours it, whatever it holds
+    deadline = time.monotonic() + CANCEL_TIMEOUT_S
+    while not paths.store.exists():
+        if not launch_in_progress(paths):
+            if paths.store.exists():  # it recorded its runs as it ended
+                break
+            return []  # it ended before recording any run (interrupted, refused): nothing to cancel
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"sweep {sweep}: its launch still plans {CANCEL_TIMEOUT_S:.0f} s after cancel; the "
+                               f"request stands: it submits none of its runs")
+        time.sleep(0.05)
     with file_lock(paths.submit_lock, CANCEL_TIMEOUT_S, what=f"sweep {sweep} submission"):
-        paths = existing_sweep(workdir, sweep)  # the launch it waited for may have failed before registering
         return _stop(paths, only=None)
 
 
@@ -120,6 +133,33 @@ def stop_runs(paths: SweepPaths, run_ids: list[str]) -> list[str]:
     sweep`): `cancel` for those runs alone — unqueued, stopped at a step boundary, `cancelled`."""
     with file_lock(paths.submit_lock, CANCEL_TIMEOUT_S, what=f"sweep {paths.sweep} submission"):
         return _stop(paths, only=set(run_ids))
+
+
+def mark_not_started(paths: SweepPaths, run_ids: list[str]) -> list[str]:
+    """What an interrupted launch leaves of the runs it had not submitted yet: each of `run_ids` never
+    submitted (a failed or abandoned submission keeps its own reason) and not ended is recorded
+    cancelled — interrupted before it started — not left `unsubmitted` with no reason. Asks no
+    scheduler; returns them. A launch that had not written its manifest yet recorded nothing."""
+    if not paths.manifest.is_file():
+        return []
+    now, marked = time.time(), []
+    try:
+        with paths.store.update() as manifest:
+            for run_id in run_ids:
+                entry = manifest.runs.get(run_id)
+                if entry is None or entry.queued_at is not None or entry.cancelled_at is not None:
+                    continue  # not in it yet, queued (`stop_runs` stops it), or cancelled already
+                if entry.submissions:
+                    continue  # its executor, or its failed submission, says where it is
+                if paths.run_folder(run_id, entry.name).result.exists():
+                    continue  # finished (adopted from its tracking store)
+                entry.cancelled_at = now
+                marked.append(run_id)
+    except (OSError, ValueError) as exc:  # the interrupt still ends the launch; the runs stay unsubmitted
+        log.warning("sweep %s: could not record its runs cancelled after the interrupt (%s); they show "
+                    "unsubmitted, and the next `cancelctl sweep FILE` submits them", paths.sweep, exc)
+        return []
+    return marked
 
 
 def _stop(paths: SweepPaths, only: set[str] | None) -> list[str]:
@@ -245,4 +285,4 @@ def _status_of_unclosed(state: RunState) -> str:
     return "KILLED" if state.state == CANCELLED or state.cancel_requested else "FAILED"
 
 
-__all__ = ["stop_runs", "cancel_sweep", "list_sweeps", "reconcile", "settle_tracking", "sweep_status", "wait_for_sweep"]
+__all__ = ["stop_runs", "mark_not_started", "cancel_sweep", "list_sweeps", "reconcile", "settle_tracking", "sweep_status", "wait_for_sweep"]

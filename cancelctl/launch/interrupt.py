@@ -15,6 +15,8 @@ import signal
 import threading
 from collections.abc import Iterator
 
+from cancelctl.runstate import state_counts
+
 CAUGHT = (signal.SIGTERM, signal.SIGHUP)
 _received: list[int] = []  # signals caught since the block began, first first
 
@@ -73,8 +75,15 @@ def signals_recorded(signums: tuple[int, ...] = (signal.SIGINT, *CAUGHT)) -> Ite
             signal.signal(signum, handler)
 
 
-def interrupted_message(exc: KeyboardInterrupt, sweep: str, resume: str) -> str:
-    """One line: what happened to the sweep and the command that resumes it."""
+def interrupted_message(exc: KeyboardInterrupt, sweep: str, resume: str, states: list | None = None) -> str:
+    """One line: what the interrupt left of the sweep — the states of its runs (`states`: [] when the
+    launch recorded none; None when unknown) — and the command that resumes it."""
     name = exc.args[0] if isinstance(exc, Interrupted) else "SIGINT"
-    return (f"sweep {sweep} interrupted ({name}): finished runs are kept, interrupted runs end 'cancelled' at a step "
-            f"boundary and resume from their checkpoint; resume with: {resume}")
+    if states is not None and not states:
+        return f"sweep {sweep} interrupted ({name}) before it recorded any run: nothing was submitted; resume with: {resume}"
+    if states and not any(s.executor for s in states):  # no run of it ever reached an executor
+        return (f"sweep {sweep} interrupted ({name}) before it submitted any run: {state_counts(states)}; "
+                f"resume with: {resume}")
+    counts = f": {state_counts(states)}" if states else ""
+    return (f"sweep {sweep} interrupted ({name}){counts}; finished runs are kept, interrupted runs end 'cancelled' "
+            f"at a step boundary and resume from their checkpoint; resume with: {resume}")

@@ -1,6 +1,8 @@
 """`launch_sweep`: plan against the manifest and the executor, create MLflow runs, submit.
 
-Order of a launch, all under the sweep's submit lock (one launcher at a time):
+Order of a launch, under the sweep's submit lock from 1.'s scheduler check on (one launcher at a time):
+ 0. announce it (`cancelctl.launch.starting`): a `cancel` from then on stops it, even before its
+    manifest exists — it submits none of its runs;
  1. planning's preflight (`cancelctl.launch.preflight`): runs a backend cannot run yet are refused; the
     executor checks its per-run settings (SLURM: submitit's names, then `sbatch --test-only` once
     per resource shape): a bad setting stops the launch before anything is submitted;
@@ -9,8 +11,9 @@ Order of a launch, all under the sweep's submit lock (one launcher at a time):
     again with `retry_failed`, runs already FINISHED in their tracking store are adopted, the rest
     (never submitted, cancelled, interrupted) are submitted;
  4. write every run's run.json and create its MLflow run (status SCHEDULED);
- 5. hand the runs to the executor (`Executor.submit`; SLURM: arrays, local/debug: the driver's queue),
-    then, with the lock released, let it start them (`Executor.start`).
+ 5. unless a `cancel` came since 0. (the runs are then recorded cancelled), hand the runs to the
+    executor (`Executor.submit`; SLURM: arrays, local/debug: the driver's queue), then, with the
+    lock released, let it start them (`Executor.start`).
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ from cancelctl.executors import DEFAULT_EXECUTOR, get_executor
 from cancelctl.executors.base import ArrayPlan, Executor, SchedulerError
 from cancelctl.executors.driver import driver_alive
 from cancelctl.jobs.outcome import archive_error, archive_stop
-from cancelctl.launch.control import reconcile, stop_runs, sweep_status, wait_for_sweep
+from cancelctl.launch.control import mark_not_started, reconcile, stop_runs, sweep_status, wait_for_sweep
 from cancelctl.launch.interrupt import raise_if_interrupted, signals_recorded
 from cancelctl.launch import unstarted
 from cancelctl.launch.preflight import finished_in_tracking_store, refuse_unlaunchable, unusable_tracking_stores
 from cancelctl.launch.prepare import prepare_run, write_adopted_result
+from cancelctl.launch.starting import cancel_requested_at, hold_at, launching
 from cancelctl.launch.states import sweep_states
 from cancelctl.manifest import Manifest, RunEntry, file_lock
 from cancelctl.runstate import (
@@ -97,13 +101,26 @@ def launch_sweep(
     in `cancelctl.executors`); `wait` defaults to the executor's (yes for local/debug, no for slurm).
     A run a monitor rule stopped is resubmitted (resuming from its checkpoint) only with
     `retry_stopped`. Raises SpecError (bad input, nothing submitted) and SchedulerError (scheduler unusable)."""
-    started_at = time.time()  # a `cancel` from now on stops this launch too
+    options = dict(workdir=workdir, executor=executor, dry_run=dry_run, retry_failed=retry_failed, wait=wait,
+                   progress=progress, retry_stopped=retry_stopped)
+    if dry_run:  # writes nothing, announces nothing
+        return _launch_sweep(sweep, started_at=time.time(), **options)
+    # `cancel` knows the sweep from here on, before its manifest exists; a cancel since the announcement
+    # (the caller's, when it made one first: the CLI's, before the sweep file is validated) stops it
+    with launching(sweep_paths(workdir, sweep.name)) as started_at:
+        return _launch_sweep(sweep, started_at=started_at, **options)
+
+
+def _launch_sweep(sweep: Sweep, *, workdir: Path, executor: str | None, dry_run: bool, retry_failed: bool,
+                  wait: bool | None, progress: Progress | None, retry_stopped: bool, started_at: float) -> LaunchResult:
     workdir = Path(workdir).resolve()
     paths = sweep_paths(workdir, sweep.name)
     kind = executor_of(sweep, executor)
     runner = get_executor(kind)
     wait = runner.waits_by_default if wait is None else wait
     result = LaunchResult(sweep=sweep.name, executor=kind, workdir=workdir, dry_run=dry_run)
+    if not dry_run:
+        hold_at("planning")  # (tests: a signal or a cancel while it plans)
     refuse_unlaunchable(sweep)
     plan = runner.plan(sweep.runs, workdir)
     if dry_run:
@@ -115,9 +132,10 @@ def launch_sweep(
             return _launch(paths, sweep, runner, plan, kind, started_at, retry_failed, retry_stopped, wait, progress,
                            result, launched)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM / SIGHUP turned into one (cancelctl.launch.interrupt)
-        if runner.stops_with_launcher and launched:  # the runs it drives end with it, `cancelled`
-            with signals_recorded():  # a second signal must not cut the stop short
+        with signals_recorded():  # a second signal must not cut the stop short
+            if runner.stops_with_launcher and launched:  # the runs it drives end with it, `cancelled`
                 stop_runs(paths, launched)
+            mark_not_started(paths, [run.run_id for run in sweep.runs])  # none left 'unsubmitted', no reason
         raise
     except Exception as exc:  # the launcher itself failed (a full disk under the manifest): the runs it
         if runner.stops_with_launcher and launched:  # queued and never started say why, not "queued"
@@ -133,6 +151,7 @@ def _launch(paths: SweepPaths, sweep: Sweep, runner: Executor, plan, kind: str, 
     with file_lock(paths.submit_lock, SUBMIT_LOCK_TIMEOUT_S, what=f"sweep {sweep.name} submission") as lock_fd:
         runner.test_submission(paths, plan)
         result.warnings.extend(_register(paths, sweep, kind))
+        hold_at("registered")  # (tests: a signal just after the manifest appears)
         reconcile(paths)
         manifest = paths.store.load()
         every = sweep_states(paths, manifest, driver_alive=driver_alive(manifest))
@@ -145,9 +164,9 @@ def _launch(paths: SweepPaths, sweep: Sweep, runner: Executor, plan, kind: str, 
         to_submit = _classify(sweep.runs, states, retry_failed, result, retry_stopped)
         stores_down = _stores_down(sweep, paths, result)
         to_submit = _adopt_finished_in_store(paths, to_submit, states, result, stores_down)
-        to_submit = _drop_cancelled(paths, to_submit, started_at, result)
         for run in sweep.runs:  # one MLflow run per RunSpec, created when planned
             prepare_run(paths, run, result.warnings, stores_down)
+        to_submit = _drop_cancelled(paths, to_submit, started_at, result)  # last look before submitting
         for run in to_submit:
             archive_error(paths.run_dir(run.run_id, run.name))
             archive_stop(paths.run_dir(run.run_id, run.name))  # a stopped run resubmitted is no longer stopped
@@ -273,12 +292,14 @@ def _adopt_finished_in_store(
 def _drop_cancelled(
     paths: SweepPaths, runs: list[RunSpec], started_at: float, result: LaunchResult
 ) -> list[RunSpec]:
-    """A `cancel` that came while this launch was still planning (before it held the submit lock)
-    found nothing queued to stop: the runs it would now submit are recorded cancelled instead."""
-    manifest = paths.store.load()
-    if manifest.cancelled_at is None or manifest.cancelled_at < started_at or not runs:
+    """A `cancel` since this launch was announced — while it planned, before its manifest existed,
+    or while it held the submit lock (`cancelctl.launch.starting`) — found nothing submitted to stop:
+    the runs it would now submit are recorded cancelled instead, and the sweep cancelled."""
+    cancelled_at = cancel_requested_at(paths, paths.store.load())
+    if cancelled_at is None or cancelled_at < started_at or not runs:
         return runs
     with paths.store.update() as manifest:
+        manifest.cancelled_at = max(manifest.cancelled_at or cancelled_at, cancelled_at)
         for run in runs:
             manifest.runs[run.run_id].queued_at = None
             manifest.runs[run.run_id].cancelled_at = manifest.cancelled_at

@@ -129,7 +129,7 @@ def run_state(
         state.state, state.reason = (QUEUED, "waiting for a free core") if driver_alive else (UNSUBMITTED, "queued, but no launcher is running")
         return state
     if cancelled_before_start(entry, latest):
-        state.state, state.reason = CANCELLED, "cancelled before it started (cancelctl cancel, or an interrupted launch)"
+        state.state, state.reason = CANCELLED, not_started_reason(manifest, entry)
         return state
     if latest is None:
         return state
@@ -167,6 +167,14 @@ def cancelled_before_start(entry: RunEntry, latest: tuple[Submission, int] | Non
     if entry.cancelled_at is None:
         return False
     return latest is None or latest[0].state in (ABANDONED, SUBMIT_FAILED)
+
+
+def not_started_reason(manifest: Manifest, entry: RunEntry) -> str:
+    """Who stopped a run before it started: a `cancel` (it marks the sweep with its runs, and a later
+    one marks the sweep again), or a signal to the launch that was starting it (the runs alone)."""
+    if manifest.cancelled_at is not None and entry.cancelled_at is not None and entry.cancelled_at <= manifest.cancelled_at:
+        return "cancelled before it started (cancelctl cancel)"
+    return "interrupted before it started (its launch got Ctrl-C, SIGTERM or SIGHUP)"
 
 
 def stop_reason(stop: dict) -> str:
