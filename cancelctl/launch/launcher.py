@@ -32,7 +32,12 @@ from cancelctl.jobs.outcome import archive_error, archive_stop
 from cancelctl.launch.control import mark_not_started, reconcile, stop_runs, sweep_status, wait_for_sweep
 from cancelctl.launch.interrupt import raise_if_interrupted, signals_recorded
 from cancelctl.launch import unstarted
-from cancelctl.launch.preflight import finished_in_tracking_store, refuse_unlaunchable, unusable_tracking_stores
+from cancelctl.launch.preflight import (
+    finished_in_tracking_store,
+    refuse_tracking_credentials,
+    refuse_unlaunchable,
+    unusable_tracking_stores,
+)
 from cancelctl.launch.prepare import prepare_run, write_adopted_result
 from cancelctl.launch.starting import cancel_requested_at, hold_at, launching
 from cancelctl.launch.states import sweep_states
@@ -122,6 +127,7 @@ def _launch_sweep(sweep: Sweep, *, workdir: Path, executor: str | None, dry_run:
     if not dry_run:
         hold_at("planning")  # (tests: a signal or a cancel while it plans)
     refuse_unlaunchable(sweep)
+    refuse_tracking_credentials(sweep.runs, workdir, ask_stores=not dry_run)
     plan = runner.plan(sweep.runs, workdir)
     if dry_run:
         return _dry_run(paths, sweep, runner, plan, retry_failed, result, retry_stopped)

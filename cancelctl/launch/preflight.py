@@ -68,6 +68,20 @@ def refuse_unlaunchable(sweep: Sweep) -> None:
     raise SpecError(issues, title=f"the {backends} backend cannot launch these runs yet; nothing submitted")
 
 
+def refuse_tracking_credentials(runs: Iterable[RunSpec], workdir: Path, *, ask_stores: bool = True) -> None:
+    """Nothing is submitted when a run's tracking URI holds a password (a spec's is refused when the
+    file loads; this one came from $MLFLOW_TRACKING_URI: `PasswordInUri`), or, with `ask_stores`, a
+    store refuses the credentials its jobs would log with (`CredentialsRefused`, one line saying
+    which and where they come from). A store that cannot be reached is not refused here: its runs
+    go on and `cancelctl sync` uploads later (`unusable_tracking_stores`)."""
+    from cancelctl.tracking import tracking_target
+    from cancelctl.tracking.uri import check_credentials
+
+    uris = sorted({tracking_target(run, workdir)[0] for run in runs})
+    for uri in uris if ask_stores else ():
+        check_credentials(uri)
+
+
 def unusable_tracking_stores(runs: Iterable[RunSpec], workdir: Path) -> dict[str, str]:
     """Tracking store URI -> why it cannot be written now, each store probed once (seconds at most:
     MLflow itself retries a bad sqlite path or a dead server for minutes)."""

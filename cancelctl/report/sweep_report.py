@@ -37,14 +37,16 @@ def report_sweep(
     is the sweep file's as launched). Runs still running are left out; the returned report lists them
     in `still_running` (empty with `include_unfinished`, which uses them)."""
     from cancelctl.report.alerts import read_sweep_alerts
-    from cancelctl.tracking import resolve_tracking_uri
+    from cancelctl.tracking import normalize_tracking_uri, resolve_tracking_uri
+    from cancelctl.tracking.uri import check_credentials
     from cancelctl.workdir import existing_sweep
 
     sweep = existing_sweep(workdir, sweep).sweep  # SweepNotFound: never run here (or not a sweep name)
     if options.baseline is None:
         options = replace(options, baseline=sweep_baseline(workdir, sweep))
     store_uri, experiment = sweep_tracking_target(workdir, sweep)
-    uri = uri or store_uri or resolve_tracking_uri(None, workdir)
+    uri = normalize_tracking_uri(uri) if uri else store_uri or resolve_tracking_uri(None, workdir)
+    check_credentials(uri)  # a refused password is one line, not a report from the run folders alone
     runs, metrics, store_notes = collect_sweep(uri, experiment, workdir)
     if runs.empty:
         raise SpecError(f"sweep {sweep!r} has not run yet: no runs in {uri} or under {workdir}", title=NOT_RUN)

@@ -285,6 +285,15 @@ class TrackingSpec(Strict):
     uri: str | None = Field(None, description="MLflow URI; default sqlite:///<workdir>/mlflow.db")
     experiment: str | None = Field(None, description="MLflow experiment; default the sweep name")
 
+    @field_validator("uri")
+    @classmethod
+    def _no_password(cls, value: str | None) -> str | None:
+        from cancelctl.tracking.uri import PASSWORD_PLACES, redact_uri, uri_password
+
+        if value is not None and uri_password(value):  # it would reach run.json, MLflow params and logs
+            raise ValueError(f"{redact_uri(value)} holds a password: {PASSWORD_PLACES}")
+        return value
+
 
 class ExperimentSpec(Strict):
     backend: Literal["lab", "verl"] = "lab"

@@ -106,13 +106,20 @@ def describe(err: dict, model: type[BaseModel] | None, loc: tuple) -> str:
     if err["type"] == "missing":
         return "required field is missing"
     if "input" in err and not isinstance(err["input"], (dict, list)):
-        msg += f" (got {err['input']!r})"
+        msg += f" (got {_shown(err['input'])!r})"
     if err["type"] == "model_type" and isinstance(err.get("input"), (bool, str)):
         msg += _section_hint(err["input"], model, loc)
     elif isinstance(err.get("input"), bool) and not err["type"].startswith("bool"):
         # YAML 1.1 (PyYAML) reads unquoted on/off/yes/no as booleans; a words field takes them back
         msg += "; YAML reads an unquoted yes/no/on/off/true/false as a boolean: quote the word (e.g. 'off')"
     return msg
+
+
+def _shown(value):
+    """A value as an issue quotes it: a password in a URI is `***` (the message goes to the screen, CI logs)."""
+    from cancelctl.tracking.uri import redact_uri
+
+    return redact_uri(value) if isinstance(value, str) else value
 
 
 def _section_hint(given: bool | str, model: type[BaseModel] | None, loc: tuple) -> str:

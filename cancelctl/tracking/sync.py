@@ -15,7 +15,13 @@ from cancelctl.tracking.runfiles import (
 )
 from cancelctl.tracking.runs import client_for
 from cancelctl.tracking.upload import ensure_mlflow_run, set_status, upload_jsonl_backlog
-from cancelctl.tracking.uri import TrackingUnavailable, default_tracking_uri, normalize_tracking_uri, probe_store
+from cancelctl.tracking.uri import (
+    TrackingUnavailable,
+    credentials_problem,
+    default_tracking_uri,
+    normalize_tracking_uri,
+    probe_store,
+)
 
 log = logging.getLogger("cancelctl.tracking")
 
@@ -70,7 +76,7 @@ def _sync_run_dir(run_dir: Path, uri: str | None, workdir: Path, unreachable: di
         return RunSyncResult(run_id=run_dir.name, run_dir=run_dir, uri=str(uri), error=str(exc))
     outcome = RunSyncResult(run_id=record.run_id, run_dir=run_dir, uri=target)
     if target not in unreachable:
-        unreachable[target] = probe_store(target)
+        unreachable[target] = probe_store(target) or credentials_problem(target)
     if unreachable[target]:
         outcome.error, outcome.store_down = f"tracking store {target} unusable: {unreachable[target]}", True
         return outcome

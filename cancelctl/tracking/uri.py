@@ -1,4 +1,15 @@
-"""Tracking URIs: defaults, validation, a cheap reachability probe and fail-fast HTTP settings."""
+"""Tracking URIs: defaults, validation, a cheap reachability probe and fail-fast HTTP settings.
+
+Credentials never travel in a URI: a `user:password@` in a tracking URI is refused (the URI is
+written to run.json, the manifest's spec, MLflow params and every log line that names the store).
+The password comes from where each client reads it natively (docs/slurm.md, "Tracking"):
+
+    postgresql://user@host/db   libpq: $PGPASSWORD, else the 0600 file $PGPASSFILE or ~/.pgpass
+    http(s)://host:port         MLflow: $MLFLOW_TRACKING_USERNAME/_PASSWORD, else the 0600 file
+                                ~/.mlflow/credentials ([mlflow] tracking_username, tracking_password)
+
+A credentials file that its group or others may read is refused (libpq would ignore it silently).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from cancelctl.errors import CancelctlError
+from cancelctl.errors import ArgumentError, CancelctlError
 
 DEFAULT_DB_NAME = "mlflow.db"
 PROBE_TIMEOUT_S = 2.0
@@ -23,8 +34,58 @@ FAST_FAIL_HTTP_ENV = {
 }
 
 
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+PASSWORD_PLACES = (
+    "write the URI without it and give the password in the environment (PGPASSWORD for PostgreSQL, "
+    "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD for an MLflow server) or in a file only you can read "
+    "(chmod 600: ~/.pgpass, ~/.mlflow/credentials); see docs/slurm.md, Tracking"
+)
+
+
 class TrackingUnavailable(CancelctlError, RuntimeError):
     """The tracking store cannot be reached right now (the run goes on; `cancelctl sync` later)."""
+
+
+class PasswordInUri(ArgumentError, ValueError):
+    """A tracking URI holds a password (exit 2; the message shows the URI with `***` for it)."""
+
+    def __init__(self, uri: str):
+        super().__init__(f"tracking URI {redact_uri(uri)} holds a password: {PASSWORD_PLACES}",
+                         title="a password in a tracking URI")
+
+
+class CredentialsRefused(CancelctlError):
+    """The tracking store refuses the credentials given (or a credentials file is unsafe): a setting
+    to fix, not a store to wait for. Exit code 2, nothing submitted."""
+
+    exit_code = 2
+
+
+def uri_password(uri: str) -> str | None:
+    """The password written in a URI's `user:password@`, None when it holds none."""
+    try:
+        return urlsplit(str(uri).strip()).password
+    except ValueError:
+        return None
+
+
+def redact_uri(uri: str) -> str:
+    """`uri` as it may be shown or stored: a password in it is `***`."""
+    uri = str(uri)
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return uri
+    authority, slash, tail = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not at or ":" not in userinfo:
+        return uri
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}{slash}{tail}"
+
+
+def is_postgres(uri: str) -> bool:
+    """`postgresql://`, `postgres://` and their `+driver` spellings (`postgresql+psycopg2://`)."""
+    scheme, sep, _ = str(uri).partition("://")
+    return bool(sep) and scheme.lower().split("+", 1)[0] in POSTGRES_SCHEMES
 
 
 def default_tracking_uri(workdir: str | Path) -> str:
@@ -41,9 +102,12 @@ def resolve_tracking_uri(uri: str | None, workdir: str | Path) -> str:
 def normalize_tracking_uri(uri: str) -> str:
     """Validate a tracking URI and give it one spelling (sqlite paths absolute, no trailing '/').
 
-    Raises ValueError for bare paths and file: URIs (MLflow 3 deprecates the file store).
+    Raises ValueError for bare paths and file: URIs (MLflow 3 deprecates the file store), and
+    `PasswordInUri` (a ValueError) for a URI that holds a password.
     """
     uri = str(uri).strip()
+    if uri_password(uri):
+        raise PasswordInUri(uri)
     scheme, sep, _ = uri.partition("://")
     if not sep or scheme.lower() == "file" or uri.lower().startswith("file:"):
         raise ValueError(
@@ -75,10 +139,13 @@ def probe_store(uri: str, timeout_s: float = PROBE_TIMEOUT_S, *, write: bool = T
 
     HTTP(S): GET <uri>/health; any HTTP answer (even 404 behind a proxy) or a TLS complaint counts
     as alive, a refused connection (dead server) or no answer in time (hung server) does not.
-    sqlite: `sqlite_problem` (`write=False` for a verb that only reads). Other schemes: assumed usable.
+    sqlite: `sqlite_problem` (`write=False` for a verb that only reads). PostgreSQL: a real connection
+    (credentials included: MLflow retries a refused one for most of an hour). Other schemes: assumed usable.
     """
     if urlsplit(uri).scheme in ("http", "https"):
         return _probe_http(uri.rstrip("/") + "/health", timeout_s)
+    if is_postgres(uri):
+        return _probe_postgres(uri, timeout_s)
     path = sqlite_path(uri)
     return sqlite_problem(path, write=write) if path is not None else None
 
@@ -155,6 +222,124 @@ def _probe_http(url: str, timeout_s: float) -> str | None:
         return f"cannot reach {url} ({exc.reason})"
     except (OSError, ValueError) as exc:  # timeouts, resets, malformed URLs
         return f"cannot reach {url} ({type(exc).__name__}: {exc})"
+
+
+# -- credentials ------------------------------------------------------------------------------------
+
+
+def credentials_file(uri: str) -> Path | None:
+    """The file the store's own client reads a password from: $PGPASSFILE or ~/.pgpass for
+    PostgreSQL, ~/.mlflow/credentials for an MLflow server; None for other stores."""
+    if is_postgres(uri):
+        return Path(os.environ.get("PGPASSFILE") or Path.home() / ".pgpass")
+    if urlsplit(uri).scheme in ("http", "https"):
+        return Path.home() / ".mlflow" / "credentials"
+    return None
+
+
+def credentials_file_problem(uri: str) -> str | None:
+    """Why the store's credentials file must not be used (its group or others may read it), else None."""
+    path = credentials_file(uri)
+    try:
+        mode = path.stat().st_mode if path is not None else None
+    except OSError:
+        return None  # none: the environment, or no password at all
+    if mode is not None and mode & 0o077:
+        return (f"{path} may be read by its group or others (mode {mode & 0o777:o}): it holds a password; "
+                f"`chmod 600 {path}` (libpq ignores such a file, and cancelctl refuses it)")
+    return None
+
+
+def credentials_problem(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why the store refuses the credentials this process would log with, or why their file must not
+    be used; None otherwise. A store that cannot be reached is None here (`probe_store` says so, and
+    runs go on without it): only a definite refusal counts."""
+    problem = credentials_file_problem(uri)
+    if problem is None and is_postgres(uri):
+        problem = _postgres_connect(uri, timeout_s)
+        problem = problem if problem and _is_auth_failure(problem) else None
+    elif problem is None and urlsplit(uri).scheme in ("http", "https"):
+        problem = _http_auth_problem(uri, timeout_s)
+    return problem
+
+
+def check_credentials(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Raise `CredentialsRefused` (exit 2) where `credentials_problem` finds one."""
+    problem = credentials_problem(uri, timeout_s)
+    if problem:
+        raise CredentialsRefused(f"tracking store {redact_uri(uri)}: {problem}")
+
+
+_PG_PASSWORD_MARKERS = ("password authentication failed", "no password supplied")
+# a refusal to fix, not a server to wait for: the password, the user, the database, pg_hba.conf
+_PG_REFUSAL_MARKERS = (*_PG_PASSWORD_MARKERS, "authentication failed", "pg_hba.conf", "does not exist")
+
+
+def _is_auth_failure(message: str) -> bool:
+    return any(marker in message for marker in _PG_REFUSAL_MARKERS)
+
+
+def _probe_postgres(uri: str, timeout_s: float) -> str | None:
+    return credentials_file_problem(uri) or _postgres_connect(uri, timeout_s)
+
+
+def _postgres_connect(uri: str, timeout_s: float) -> str | None:
+    """Open and close one connection with libpq (psycopg 3, SQLAlchemy 2.1's driver for
+    `postgresql://`; else psycopg2): None, or libpq's reason why not (it never quotes the password),
+    with where the password comes from."""
+    dsn = "postgresql" + uri[uri.index("://"):]  # libpq's URI: SQLAlchemy's +driver dropped
+    try:
+        import psycopg as driver
+    except ImportError:
+        try:
+            import psycopg2 as driver
+        except ImportError:
+            return "PostgreSQL's driver is not installed: pip install 'cancelctl[postgres]'"
+    try:
+        driver.connect(dsn, connect_timeout=max(2, int(timeout_s + 0.999))).close()
+    except driver.Error as exc:
+        text = " ".join(str(exc).split())[:300] or type(exc).__name__
+        if any(marker in text for marker in _PG_PASSWORD_MARKERS):
+            text += " (the password comes from PGPASSWORD or ~/.pgpass: docs/slurm.md, Tracking)"
+        return text
+    return None
+
+
+def _http_auth_problem(uri: str, timeout_s: float) -> str | None:
+    """Ask the server for one experiment with MLflow's credentials (its environment variables, else
+    ~/.mlflow/credentials): a 401 or 403 is a refusal; anything else is not this function's to say."""
+    import base64
+    import configparser
+    import urllib.error
+    import urllib.request
+
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    source = "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD"
+    path = credentials_file(uri)
+    if not (user and password) and path is not None and path.is_file():
+        config = configparser.ConfigParser()
+        with contextlib.suppress(configparser.Error, OSError):
+            config.read(path)
+        section = config["mlflow"] if config.has_section("mlflow") else {}
+        user, password = user or section.get("tracking_username"), password or section.get("tracking_password")
+        source = f"{source} or {path}"
+    request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
+    if user and password:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s):
+            return None
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401 and not (user and password):
+            return f"the server asks for a user name and password, and none is set ({source}; docs/slurm.md, Tracking)"
+        if exc.code == 401:
+            return f"the server refused user {user!r} and its password (from {source})"
+        if exc.code == 403:
+            return f"user {user!r} may not read this server's experiments (an MLflow admin grants it)"
+        return None
+    except (OSError, ValueError):
+        return None  # unreachable: probe_store's to say
 
 
 @contextlib.contextmanager
