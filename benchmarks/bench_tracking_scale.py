@@ -7,6 +7,9 @@ fast as it can (overload: a real step takes seconds; --step-seconds paces them).
 
   sqlite   the default store, sqlite:///<work dir>/mlflow.db, a fresh file per phase (so the
            writers also race on creating the schema, the experiment and their runs)
+  postgres PostgreSQL written directly (`postgresql://user@127.0.0.1:<port>/<db>`, the password in
+           PGPASSWORD): a throwaway server of Debian's package this script starts on 127.0.0.1
+           (benchmarks/postgres_server.py), a fresh database per phase, stopped at the end
   server   a real `mlflow server` this script starts on 127.0.0.1 (free port, sqlite backend)
            and stops at the end
 
@@ -16,15 +19,17 @@ time the writers end), the worst stall (longest single RunLogger call a run wait
 constructor, a log() that flushed, close(); and apart, the worst log(), i.e. in the middle of a
 run), the runs whose logger hit a store failure (paused MLflow use) or that failed outright,
 MLflow runs duplicated by the get-or-create race, and the points reconciliation: metrics.jsonl
-points vs points the store holds (raw rows of its sqlite file, and what `collect` reads through
-MLflow), right after the writers end and again after `cancelctl sync`. Lost must be 0 after sync;
-extra (duplicated) must be 0 always. The scaled phase is printed as ratios to the baseline.
+points vs points the store holds (raw rows of its sqlite file or PostgreSQL database, and what
+`collect` reads through MLflow), right after the writers end and again after `cancelctl sync`. Lost
+must be 0 after sync; extra (duplicated) must be 0 always. The scaled phase is printed as ratios to
+the baseline, and each store's scaled phase as ratios to sqlite's, measured in the same run.
 
 Writers are forked from this process after mlflow is imported (a fresh interpreter per writer
 would spend ~3.5 s each importing mlflow, which is not what is measured); this process never
 opens a store itself, so no connection is shared across a fork.
 
     python benchmarks/bench_tracking_scale.py                    # 32 writers x 200 steps x 40 keys
+    python benchmarks/bench_tracking_scale.py --stores sqlite postgres --writers 64   # the cluster's database
     python benchmarks/bench_tracking_scale.py --stores sqlite --writers 64 --steps 500
     python benchmarks/bench_tracking_scale.py --step-seconds 0.25   # paced: ~5,000 points/s offered
     python benchmarks/bench_tracking_scale.py --runs-created-by writers   # jobs create their runs (fresh store)
@@ -53,6 +58,7 @@ from pathlib import Path
 from cancelctl.tracking import default_tracking_uri, read_metrics_jsonl, write_run_json
 from cancelctl.tracking.runfiles import METRICS_JSONL
 from cancelctl.tracking.uri import sqlite_path
+from postgres_server import missing_reason, postgres_server  # beside this script
 
 RESULT_FILE = "bench_writer.json"
 RUN_ID_TAG = "cancelctl.run_id"
@@ -69,16 +75,30 @@ def main() -> None:
           f"{args.step_seconds or 'no'} s compute per step "
           f"({args.writers * args.steps * args.keys:,} points), flush_every={args.flush_every}, "
           f"runs created by {args.runs_created_by}; {os.cpu_count()} cores")
+    scaled: dict[str, Phase] = {}
+    problems = 0
     for kind in args.stores:
+        if kind == "postgres" and missing_reason():
+            print(f"\n== postgres: skipped, {missing_reason()}")
+            continue
         with store(kind, root / kind, args.server_workers) as (uri, db_path):
             phases = {}
             for label, writers in (("baseline", args.baseline_writers), ("scaled", args.writers)):
                 phase_root = root / kind / label
-                phase_uri, phase_db = (default_tracking_uri(phase_root), sqlite_path(default_tracking_uri(phase_root))) \
-                    if kind == "sqlite" else (uri, db_path)
+                if kind == "sqlite":
+                    phase_uri, phase_db = default_tracking_uri(phase_root), sqlite_path(default_tracking_uri(phase_root))
+                elif kind == "postgres":  # a fresh database per phase, as sqlite's fresh file
+                    phase_uri, phase_db = uri.create_database(label), PostgresDb(uri, label)
+                else:
+                    phase_uri, phase_db = uri, db_path
                 phases[label] = run_phase(args, phase_root, phase_uri, phase_db, f"{kind}-{label}", writers)
-            print_store(kind, uri if kind == "server" else "sqlite:///<phase dir>/mlflow.db", phases)
+            shown = {"server": uri, "sqlite": "sqlite:///<phase dir>/mlflow.db"}.get(kind)
+            problems += not print_store(kind, shown or f"{uri.uri('<phase>')} (password in PGPASSWORD)", phases)
+            scaled[kind] = phases["scaled"]
+    print_versus(scaled)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
+    if problems:  # a lost or doubled point, a failed writer, a duplicated MLflow run
+        sys.exit(1)
 
 
 def parse_args() -> argparse.Namespace:
@@ -90,7 +110,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--flush-every", type=int, default=1000, help="points per flush (RunLogger's default)")
     parser.add_argument("--step-seconds", type=float, default=0.0,
                         help="compute time per step (sleep); 0: log as fast as possible (overload)")
-    parser.add_argument("--stores", nargs="+", choices=["sqlite", "server"], default=["sqlite", "server"])
+    parser.add_argument("--stores", nargs="+", choices=["sqlite", "postgres", "server"], default=["sqlite", "postgres", "server"])
     parser.add_argument("--server-workers", type=int, default=4, help="mlflow server --workers")
     parser.add_argument("--runs-created-by", choices=["launcher", "writers"], default="launcher",
                         help="writers: each job finds/creates its MLflow run (store down at launch); "
@@ -112,10 +132,23 @@ def preload_mlflow() -> None:
 
 @contextlib.contextmanager
 def store(kind: str, folder: Path, server_workers: int):
-    """(uri, sqlite file behind it). sqlite: each phase makes its own; server: one for both phases."""
+    """(uri, sqlite file behind it). sqlite: each phase makes its own; server: one for both phases;
+    postgres: (the server, None), each phase a database of its own."""
     folder.mkdir(parents=True, exist_ok=True)
     if kind == "sqlite":
         yield None, None
+        return
+    if kind == "postgres":
+        started = time.perf_counter()
+        # every writer holds a connection, each store call opens one more to probe: room for 64 jobs x 2
+        with postgres_server(max_connections=400) as pg:
+            print(f"\nPostgreSQL {pg.uri('<db>')} ({pg.bin}) up in {time.perf_counter() - started:.1f} s")
+            saved = os.environ.get("PGPASSWORD")
+            os.environ.update(pg.env)  # the writers (forked) and `cancelctl sync` read it, as jobs do
+            try:
+                yield pg, None
+            finally:
+                os.environ.pop("PGPASSWORD") if saved is None else os.environ.update(PGPASSWORD=saved)
         return
     db_path = folder / "server.db"
     with mlflow_server(db_path, folder, server_workers) as uri:
@@ -344,15 +377,35 @@ def reconcile(uri: str, db_path: Path, experiment: str, run_dirs: list[Path]) ->
             "lost": lost, "extra": extra}, duplicate_runs
 
 
-def store_rows(db_path: Path, experiment: str) -> tuple[Counter, int]:
+@dataclass
+class PostgresDb:
+    """A phase's PostgreSQL database, read as store_rows reads a sqlite file."""
+    server: object
+    name: str
+
+
+STORE_WHERE = ("FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id "
+               "JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = {p} WHERE e.name = {p}")
+
+
+def store_rows(db_path: Path | PostgresDb, experiment: str) -> tuple[Counter, int]:
     """(run_id, step, key, timestamp) of every metric row of the experiment, read-only, and how many
     MLflow runs beyond one per cancelctl run id exist."""
+    if isinstance(db_path, PostgresDb):
+        where = STORE_WHERE.format(p="%s")
+        query = lambda sql: db_path.server.query(db_path.name, sql, (RUN_ID_TAG, experiment))  # noqa: E731
+        try:
+            rows = query(f"SELECT t.value, m.step, m.key, m.timestamp {where.replace('WHERE', 'JOIN metrics m ON m.run_uuid = r.run_uuid WHERE')}")
+        except Exception as exc:  # noqa: BLE001 - no schema yet (every writer failed): no rows
+            print(f"  rows of {db_path.name}: {type(exc).__name__}: {str(exc)[:200]}")
+            return Counter(), 0
+        runs = query(f"SELECT t.value, COUNT(*) {where} GROUP BY t.value")
+        return Counter(tuple(row) for row in rows), sum(count - 1 for _, count in runs)
     if not db_path.exists():
         return Counter(), 0
     con = sqlite3.connect(db_path.as_uri() + "?mode=ro", uri=True, timeout=60)
     try:
-        where = ("FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id "
-                 "JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = ? WHERE e.name = ?")
+        where = STORE_WHERE.format(p="?")
         rows = con.execute(f"SELECT t.value, m.step, m.key, m.timestamp {where.replace('WHERE', 'JOIN metrics m ON m.run_uuid = r.run_uuid WHERE')}",
                            (RUN_ID_TAG, experiment)).fetchall()
         runs = con.execute(f"SELECT t.value, COUNT(*) {where} GROUP BY t.value", (RUN_ID_TAG, experiment)).fetchall()
@@ -371,7 +424,7 @@ def collect_count(uri: str, experiment: str) -> int:
 # -- printing -------------------------------------------------------------------------------------
 
 
-def print_store(kind: str, uri: str, phases: dict[str, Phase]) -> None:
+def print_store(kind: str, uri: str, phases: dict[str, Phase]) -> bool:
     base, scaled = phases["baseline"], phases["scaled"]
     print(f"\n== {kind}: {uri}")
     print(f"  {'writers':>8} {'points':>9} {'wall s':>7} {'points/s':>9} {'to MLflow/s':>11} {'worst stall s':>13} "
@@ -391,6 +444,27 @@ def print_store(kind: str, uri: str, phases: dict[str, Phase]) -> None:
         and not scaled.duplicate_runs else "PROBLEM"
     print(f"  {verdict}: after sync lost {final.get('lost')}, extra {final.get('extra')}, "
           f"failed runs {scaled.failed_runs}, duplicate MLflow runs {scaled.duplicate_runs}, paused runs {scaled.paused_runs}")
+    return verdict == "OK"
+
+
+def print_versus(scaled: dict[str, Phase]) -> None:
+    """Each store's scaled phase against sqlite's, from this one run (same machine, same load)."""
+    base = scaled.get("sqlite")
+    others = {kind: phase for kind, phase in scaled.items() if kind != "sqlite"}
+    if base is None or not others or not base.points_per_s:
+        return
+    print(f"\n== versus sqlite, {base.writers} writers, this run")
+    for kind, phase in others.items():
+        lost = phase.reconciliation.get("after sync", {})
+        into = {name: p.reconciliation["after writers"]["store"] / p.wall_s if p.wall_s else 0.0
+                for name, p in (("store", phase), ("sqlite", base))}
+        print(f"  {kind}: points/s {phase.points_per_s:,.0f} vs {base.points_per_s:,.0f} "
+              f"(x{phase.points_per_s / base.points_per_s:.2f}), into MLflow while the jobs ran "
+              f"{into['store']:,.0f} vs {into['sqlite']:,.0f}/s (x{into['store'] / into['sqlite'] if into['sqlite'] else 0:.2f}); "
+              f"runs paused {phase.paused_runs} vs {base.paused_runs}; longest stall {phase.worst_stall_s:.2f} s vs "
+              f"{base.worst_stall_s:.2f} s (x{phase.worst_stall_s / base.worst_stall_s if base.worst_stall_s else 0:.2f}); "
+              f"in log() {phase.worst_log_s:.2f} s vs {base.worst_log_s:.2f} s; "
+              f"after sync lost {lost.get('lost')}, extra {lost.get('extra')}, duplicate runs {phase.duplicate_runs}")
 
 
 if __name__ == "__main__":
