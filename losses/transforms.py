@@ -68,7 +68,13 @@ def pos_orth_qp(weights: torch.Tensor, advantages: torch.Tensor, index: GroupInd
     )
     hit = first_hit.clamp(max=max(n - 1, 0))
     q_hit = q_left[hit]
-    lam_hit = torch.where(q_hit > 0, s_left[hit] / torch.where(q_hit > 0, q_hit, 1.0), b[hit])
+    # Q of an empty segment is 0 only up to the rounding of the batch-wide prefix sums it is cut from
+    # (earlier groups' mass cancels): below that bound the segment is empty and λ = its breakpoint
+    group_end = (index.counts.cumsum(0) - 1).clamp(min=0)
+    q_mass = (parts[1] + parts[3]).cumsum(dim=0)[group_end] if n else parts.new_zeros(index.num_groups)
+    q_tol = 4 * max(n, 1) * torch.finfo(weights.dtype).eps * q_mass
+    nonempty = q_hit > q_tol
+    lam_hit = torch.where(nonempty, s_left[hit] / torch.where(nonempty, q_hit, 1.0), b[hit])
 
     neg_aw, neg_aa = group_totals[2], group_totals[3]
     last_b = torch.full((index.num_groups,), float("-inf"), dtype=b.dtype, device=b.device).scatter_reduce(

@@ -288,7 +288,7 @@ class TrackingSpec(Strict):
     @field_validator("uri")
     @classmethod
     def _no_password(cls, value: str | None) -> str | None:
-        from cancelctl.tracking.uri import PASSWORD_PLACES, redact_uri, uri_password
+        from cancelctl.uri_secrets import PASSWORD_PLACES, redact_uri, uri_password
 
         if value is not None and uri_password(value):  # it would reach run.json, MLflow params and logs
             raise ValueError(f"{redact_uri(value)} holds a password: {PASSWORD_PLACES}")

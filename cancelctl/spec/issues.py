@@ -117,7 +117,7 @@ def describe(err: dict, model: type[BaseModel] | None, loc: tuple) -> str:
 
 def _shown(value):
     """A value as an issue quotes it: a password in a URI is `***` (the message goes to the screen, CI logs)."""
-    from cancelctl.tracking.uri import redact_uri
+    from cancelctl.uri_secrets import redact_uri
 
     return redact_uri(value) if isinstance(value, str) else value
 

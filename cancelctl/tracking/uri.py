@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from cancelctl.errors import ArgumentError, CancelctlError
+from cancelctl.uri_secrets import PASSWORD_PLACES, redact_uri, uri_password  # noqa: F401 - re-exported
 
 DEFAULT_DB_NAME = "mlflow.db"
 PROBE_TIMEOUT_S = 2.0
@@ -35,13 +36,6 @@ FAST_FAIL_HTTP_ENV = {
 
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
-PASSWORD_PLACES = (
-    "write the URI without it and give the password in the environment (PGPASSWORD for PostgreSQL, "
-    "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD for an MLflow server) or in a file only you can read "
-    "(chmod 600: ~/.pgpass, ~/.mlflow/credentials); see docs/slurm.md, Tracking"
-)
-
-
 class TrackingUnavailable(CancelctlError, RuntimeError):
     """The tracking store cannot be reached right now (the run goes on; `cancelctl sync` later)."""
 
@@ -59,27 +53,6 @@ class CredentialsRefused(CancelctlError):
     to fix, not a store to wait for. Exit code 2, nothing submitted."""
 
     exit_code = 2
-
-
-def uri_password(uri: str) -> str | None:
-    """The password written in a URI's `user:password@`, None when it holds none."""
-    try:
-        return urlsplit(str(uri).strip()).password
-    except ValueError:
-        return None
-
-
-def redact_uri(uri: str) -> str:
-    """`uri` as it may be shown or stored: a password in it is `***`."""
-    uri = str(uri)
-    scheme, sep, rest = uri.partition("://")
-    if not sep:
-        return uri
-    authority, slash, tail = rest.partition("/")
-    userinfo, at, host = authority.rpartition("@")
-    if not at or ":" not in userinfo:
-        return uri
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}{slash}{tail}"
 
 
 def is_postgres(uri: str) -> bool:
