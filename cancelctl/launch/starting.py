@@ -46,8 +46,9 @@ def launching(paths: SweepPaths) -> Iterator[float]:
         if held is not None:
             held[2] += 1
         else:
+            created = _missing_dirs(lock.parent)
             fd = _take_shared(lock)
-            held = [fd, time.time(), 1]
+            held = [fd, time.time(), 1, created]
             if fd is not None:
                 _announced[lock] = held
     try:
@@ -58,6 +59,38 @@ def launching(paths: SweepPaths) -> Iterator[float]:
             if held[2] == 0 and held[0] is not None:
                 _announced.pop(lock, None)
                 os.close(held[0])  # releases the shared lock
+                if not paths.manifest.exists():
+                    _withdraw(lock, held[3])
+
+
+def _missing_dirs(folder: Path) -> list[Path]:
+    """The folders that creating `folder` would make, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _withdraw(lock: Path, created: list[Path]) -> None:
+    """A launch that ended before recording anything (bad input, a signal while loading) leaves
+    nothing behind: its lock file and the folders it made go, unless another launcher holds it."""
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return
+    try:
+        lock.unlink(missing_ok=True)
+        for folder in created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+    finally:
+        os.close(fd)
 
 
 def _take_shared(lock: Path) -> int | None:
