@@ -84,8 +84,11 @@ def apply_batch_layout(run: RunSpec, template: Template, out: OverrideSet) -> No
         out.set(f"{ACTOR}.shuffle", False)  # verl's iterator would shuffle rows across the order
     _check_micro_batches_divide_rank_shares(run, template, micro)
     out.set(f"{ACTOR}.ppo_micro_batch_size_per_gpu", micro)
-    out.set(f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", micro)
-    out.set("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", micro)
+    # a log-prob pass computes no loss (verl v1 trainer: compute_loss False), so it needs no whole
+    # groups: the arm's own micro-batch, kept a divisor of the update's so it divides each rank's share
+    log_prob = math.gcd(micro, spec.algorithm.micro_batch_size_per_gpu)
+    out.set(f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", log_prob)
+    out.set("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", log_prob)
 
 
 def _check_micro_batches_divide_rank_shares(run: RunSpec, template: Template, micro: int) -> None:

@@ -350,10 +350,6 @@ GPU_EXPERIMENTS = ["batching", "clip-strength", "delta-injection", "dfpo-vs-gspo
                    "variance-noise"]
 # What still refuses them, with verl 0.9.1's reasons (the estimate is not the error):
 NOT_YET = {
-    # render (layout.py) sets the log-prob passes' micro-batch to the update's whole groups (16 rows x
-    # 9216 tokens): their logits alone are 16 x 9216 x 151936 x (bf16 + the compiled entropy's fp32) =
-    # 125 GiB, and a log-prob pass runs no loss (trainer_base.py:1654 compute_loss False), so needs no group
-    "group-size": "the log-prob micro-batch is rounded up to whole groups by the render (layout.py)",
     # DFPO needs whole groups in every update micro-batch (losses/verl_adapter.py): 32 x 32768 tokens on
     # each GPU; their stored layer inputs alone under full recompute are 64 x 1M x 5120 x 2 / 4 = 160 GiB
     "dfpo-vs-gspo": "a micro-batch of one whole group is 1M tokens a GPU: it fits no 80 GB GPU",
