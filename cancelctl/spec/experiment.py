@@ -63,11 +63,19 @@ class ModelSpec(Strict):
     strategy: Literal["fsdp", "fsdp2", "megatron"] = "fsdp"
     tensor_parallel: int = Field(1, ge=1)
     pipeline_parallel: int = Field(1, ge=1)
+    context_parallel: int = Field(
+        1, ge=1, description="megatron: each sequence's tokens split over this many GPUs (long responses); "
+        "tensor x pipeline x context parallel divides the GPUs"
+    )
     rollout_tensor_parallel: int = Field(1, ge=1)
     gradient_checkpointing: bool = True
     template: str | None = Field(
         None, description="verl base settings under templates/verl/<name>.yaml (default: the strategy's)"
     )
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> dict[str, Any]:
+        return without_defaults(handler(self), {"context_parallel": 1})
 
 
 class DataSpec(Strict):

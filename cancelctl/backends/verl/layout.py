@@ -156,11 +156,23 @@ def data_parallel_size(run: RunSpec, template: Template) -> int:
     n_gpus = training_ranks(run)
     if model.strategy != "megatron":
         return n_gpus
-    cp_setting = template.overrides.settings.get(f"{ACTOR}.megatron.context_parallel_size")
-    cp = int(cp_setting.value) if cp_setting is not None else 1
+    # context-parallel ranks share a data-parallel rank's micro-batches (verl's megatron engine:
+    # get_data_parallel_rank is mpu's, without CP; workers/engine/megatron/transformer_impl.py:750-766)
+    cp = context_parallel_size(run, template)
     model_parallel = model.tensor_parallel * model.pipeline_parallel * cp
     if n_gpus % model_parallel:
         raise VerlRenderError(
-            run, "model.tensor_parallel", f"TP x PP x CP = {model_parallel} does not divide the {n_gpus} GPUs"
+            run,
+            "model.context_parallel" if model.context_parallel > 1 else "model.tensor_parallel",
+            f"TP x PP x CP = {model.tensor_parallel} x {model.pipeline_parallel} x {cp} = {model_parallel} does not "
+            f"divide the {n_gpus} GPUs",
         )
     return n_gpus // model_parallel
+
+
+def context_parallel_size(run: RunSpec, template: Template) -> int:
+    """Megatron's context parallel: the spec's `model.context_parallel`, else the template's setting."""
+    if run.spec.model.context_parallel > 1:
+        return run.spec.model.context_parallel
+    cp_setting = template.overrides.settings.get(f"{ACTOR}.megatron.context_parallel_size")
+    return int(cp_setting.value) if cp_setting is not None else 1

@@ -36,7 +36,7 @@ class TrainingSetup:
     tensor_parallel: int = 1  # megatron
     pipeline_parallel: int = 1  # megatron
     expert_parallel: int = 1  # megatron: the routed experts split over this many ranks too
-    sequence_parallel: int = 1  # ulysses (fsdp) or context parallel (megatron): tokens split over ranks
+    sequence_parallel: int = 1  # ulysses (fsdp) or context parallel (megatron): each sequence's tokens split over ranks
     compute_bytes: int = BF16  # FSDP param_dtype / autocast; 4 with model.dtype fp32
     optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
     gradient_checkpointing: bool = True
@@ -59,6 +59,13 @@ class TrainingSetup:
     @property
     def data_parallel(self) -> int:
         return max(1, self.gpus // (self.model_parallel * (self.sequence_parallel if self.strategy == "megatron" else 1)))
+
+    @property
+    def optimizer_shards(self) -> int:
+        """Megatron's distributed optimizer shards over data x context parallel ranks: megatron-core's
+        get_megatron_optimizer builds it on `intra_dp_cp_group` (optimizer/__init__.py), the group its
+        DDP reduces gradients over (context-parallel ranks hold the same weights, different tokens)."""
+        return max(1, self.gpus // self.model_parallel)
 
 
 @dataclass(frozen=True)
@@ -154,14 +161,14 @@ def model_states(shape: ModelShape, s: TrainingSetup) -> dict[str, float]:
     GPU for the whole update (workers/engine/base.py:314-336), so only fsdp2's offload_policy keeps
     them off it (transformer_impl.py:458-463). Megatron: bf16 weights and fp32 gradients per
     tensor x pipeline shard (grad_reduce_in_fp32, utils/megatron_utils.py:104), fp32 master weights
-    and moments over data-parallel ranks too (use_distributed_optimizer: Megatron-LM's
-    distrib_optimizer.md, 6 + 12/d bytes).
+    and moments over data x context parallel ranks too (use_distributed_optimizer: Megatron-LM's
+    distrib_optimizer.md, 6 + 12/d bytes; d counts context-parallel ranks, `optimizer_shards`).
     """
     moments = 0 if s.optimizer == "sgd" else 2 * FP32  # verl's SGD has no momentum state
     if s.strategy == "megatron":
         shard = megatron_shard(shape, s)
         return {"weights": BF16 * shard, "gradients": FP32 * shard,
-                "optimizer": (FP32 + moments) * shard / s.data_parallel}
+                "optimizer": (FP32 + moments) * shard / s.optimizer_shards}
     if s.cpu_offload_policy:
         return {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0}
     shard = shape.params / s.gpus
@@ -345,7 +352,14 @@ def update_phases(shape: ModelShape, s: TrainingSetup) -> dict[str, Phase]:
     """The update's three peaks: a micro-batch's backward, the optimizer step, and the forward-only
     log-prob pass (θ_old's, with the entropy: trainer/ppo/v1/trainer_base.py:1650-1658, in micro-batches
     of rollout.log_prob_micro_batch_size_per_gpu rows, workers/engine_workers.py:620-624, 406-411; the
-    reference model's pass is no larger, `reference_weights`)."""
+    reference model's pass is no larger, `reference_weights`).
+
+    Context parallel (megatron) splits every sequence's tokens over its ranks before the first layer
+    (verl's preprocess_thd_engine: 2 x CP zigzag chunks a sequence, models/mcore/util.py), so each GPU
+    runs all layers and the output layer on 1/CP of the micro-batch's tokens: activations and logits
+    divide by CP. Only the per-token log-probs and entropy are all-gathered after the logits
+    (postprocess_thd_engine, util.py:604-610), vectors of one number a token. Ulysses (FSDP) likewise
+    splits the tokens between its all-to-alls."""
     states = [(f"actor {k}", v) for k, v in model_states(shape, s).items()]
     if reference := reference_weights(shape, s):
         states.append(("reference weights", reference))

@@ -210,6 +210,8 @@ class _Levers:
     def fits(self, t: TrainingSetup, r: RolloutSetup) -> MemoryEstimate | None:
         """The estimate with these setups where it fits outside the warning band (a lever that left the run
         within 10% of the GPU would be warned about the moment it was taken)."""
+        if t.strategy == "megatron" and t.gpus % (t.model_parallel * t.sequence_parallel):
+            return None  # tensor x pipeline x context parallel must divide the GPUs
         e = estimate(self.shape, t, r, self.gpu)
         return e if e.peak <= (1 - WARN_WITHIN) * self.gpu and e.kv_cache.fits_one else None
 
@@ -276,12 +278,21 @@ class _Levers:
         elif problems & {"rollout", "engine"} and not offloaded:
             out.append(("model.template: fsdp-large (param and optimizer offload while the rollout runs)",
                         lambda s: (replace(s[0], offload_params=True, offload_optimizer=True), s[1])))
+        cp = training.sequence_parallel if megatron else 1
         tp = next((tp for tp in (2, 4, 8) if tp > training.tensor_parallel and tp <= per_node
-                   and training.gpus % (tp * training.pipeline_parallel) == 0), None)
+                   and training.gpus % (tp * training.pipeline_parallel * cp) == 0), None)
         if train and tp is not None:
             how = "" if training.strategy == "megatron" else "model.strategy: megatron, "
             out.append((f"{how}model.tensor_parallel: {tp}", lambda s: (
                 replace(s[0], strategy="megatron", tensor_parallel=tp, compute_bytes=BF16, cpu_offload_policy=False), s[1])))
+        # context parallel splits each sequence's tokens (activations and logits) over more GPUs: the
+        # largest that the GPUs leave beside tensor x pipeline parallel, else twice the present one
+        # (with more nodes: `smallest_nodes`)
+        model_parallel = training.tensor_parallel * training.pipeline_parallel
+        more_cp = max((c for c in (2, 4, 8, 16) if c > cp and training.gpus % (model_parallel * c) == 0),
+                      default=2 * cp)
+        if train and megatron:
+            out.append((f"model.context_parallel: {more_cp}", lambda s: (replace(s[0], sequence_parallel=more_cp), s[1])))
         rollout_tp = next((tp for tp in (2, 4, 8) if tp > rollout.tensor_parallel and tp <= per_node
                            and training.gpus % tp == 0), None)
         if "engine" in problems and rollout_tp is not None:
@@ -313,13 +324,16 @@ class _Levers:
             r = replace(rollout, sequences=_sequences_per_engine(self.run, gpus, rollout.tensor_parallel))
             return self.fits(replace(training, gpus=gpus), r)
 
-        low, high = training.gpus // per_node + 1, MAX_NODES
-        if low > high or at(high) is None:
+        # only node counts whose GPUs a megatron layout (tensor x pipeline x context parallel) divides
+        layout = training.model_parallel * training.sequence_parallel if training.strategy == "megatron" else 1
+        nodes = [n for n in range(training.gpus // per_node + 1, MAX_NODES + 1) if n * per_node % layout == 0]
+        if not nodes or at(nodes[-1]) is None:
             return None
+        low, high = 0, len(nodes) - 1
         while low < high:
             middle = (low + high) // 2
-            low, high = (low, middle) if at(middle) is not None else (middle + 1, high)
-        return low, at(low), low * per_node
+            low, high = (low, middle) if at(nodes[middle]) is not None else (middle + 1, high)
+        return nodes[low], at(nodes[low]), nodes[low] * per_node
 
 
 def _whole_groups(run: RunSpec) -> bool:

@@ -181,12 +181,22 @@ def _model(run: RunSpec, out: OverrideSet) -> None:
     if model.strategy == "megatron":
         out.set(f"{ACTOR}.megatron.tensor_model_parallel_size", model.tensor_parallel)
         out.set(f"{ACTOR}.megatron.pipeline_model_parallel_size", model.pipeline_parallel)
+        if model.context_parallel > 1:  # at 1, a template's own setting stands (the reference model follows
+            # the actor's: trainer/config/_generated_ppo_megatron_trainer.yaml:263)
+            out.set(f"{ACTOR}.megatron.context_parallel_size", model.context_parallel)
     else:
         if model.tensor_parallel > 1 or model.pipeline_parallel > 1:
             raise VerlRenderError(
                 run,
                 "model.tensor_parallel",
                 "tensor/pipeline parallel sizes apply to strategy megatron; FSDP shards instead",
+            )
+        if model.context_parallel > 1:
+            raise VerlRenderError(
+                run,
+                "model.context_parallel",
+                "context parallel applies to strategy megatron (FSDP's sequence split is verl's Ulysses, "
+                "actor_rollout_ref.actor.ulysses_sequence_parallel_size in a template)",
             )
         out.set(f"{ACTOR}.strategy", model.strategy)
     n_gpus = training_ranks(run)

@@ -348,12 +348,8 @@ PUBLISHED = {"Qwen/Qwen3-30B-A3B": QWEN3_30B_A3B, "Qwen/Qwen3-32B": QWEN3_32B, "
 EXPERIMENTS = Path(__file__).resolve().parents[3] / "experiments"
 GPU_EXPERIMENTS = ["batching", "clip-strength", "delta-injection", "dfpo-vs-gspo", "first-verl", "group-size",
                    "variance-noise"]
-# What still refuses them, with verl 0.9.1's reasons (the estimate is not the error):
-NOT_YET = {
-    # DFPO needs whole groups in every update micro-batch (losses/verl_adapter.py): 32 x 32768 tokens on
-    # each GPU; their stored layer inputs alone under full recompute are 64 x 1M x 5120 x 2 / 4 = 160 GiB
-    "dfpo-vs-gspo": "a micro-batch of one whole group is 1M tokens a GPU: it fits no 80 GB GPU",
-}
+# What still refuses them, with verl 0.9.1's reasons (the estimate is not the error): none now
+NOT_YET: dict[str, str] = {}
 
 
 def hub_cache(here: Path, configs: dict[str, dict]) -> Path:
@@ -419,6 +415,84 @@ def test_a_30b_moe_colocated_without_offload_is_still_refused_at_the_rollout(tmp
     # points at model.path, not at the arm's line
     assert f"clip-no-offload.yaml:{line_of(sweep, 'path: Qwen/Qwen3-30B-A3B')}:" in out
     assert_levers_below_the_warning_band(out)
+
+
+def test_dfpo_vs_gspo_without_context_parallel_is_still_refused_and_the_levers_name_it(tmp_path, published):
+    # DFPO's whole groups in each update micro-batch (losses/verl_adapter.py): 32 x (2048 + 30720) = 1M
+    # tokens a data-parallel rank. As it shipped (TP 4, the megatron template, 4 nodes) each GPU keeps every
+    # layer's activations of 1M / TP 4 tokens: terabytes
+    text = (EXPERIMENTS / "dfpo-vs-gspo.yaml").read_text()
+    for old, new in [("    template: megatron-large\n", ""), ("    tensor_parallel: 8", "    tensor_parallel: 4"),
+                     ("    context_parallel: 8\n", ""), ("    nodes: 8 ", "    nodes: 4 ")]:
+        assert old in text
+        text = text.replace(old, new)
+    shipped = tmp_path / "dfpo-shipped.yaml"
+    shipped.write_text(text)
+    result = validate(shipped)
+    out = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "train 5336.8 GiB" in out
+    assert ("would fit: model.template: megatron-large (full activation recompute; param and optimizer offload while "
+            "the rollout runs) + model.tensor_parallel: 8 + model.context_parallel: 8 + cluster.nodes: 8 (64 GPUs): "
+            "train 53.5 GiB, rollout 49.0 GiB of 80") in out
+    # TP 8 x CP 4 on the 4 nodes: 262k tokens a GPU, 83 GiB; context parallel 8 needs 8 nodes
+    tight = tmp_path / "dfpo-cp4.yaml"
+    tight.write_text((EXPERIMENTS / "dfpo-vs-gspo.yaml").read_text().replace("    context_parallel: 8", "    context_parallel: 4")
+                     .replace("    nodes: 8 ", "    nodes: 4 "))
+    result = validate(tight)
+    out = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert ("train (update) 83.1 GiB = logits 27.8 + activations 20.0 + actor gradients 15.3 + actor optimizer 11.4 "
+            "+ actor weights 7.6 + runtime 1.0") in out
+    assert "would fit: model.context_parallel: 8 + cluster.nodes: 8 (64 GPUs): train 53.5 GiB" in out
+    assert_levers_below_the_warning_band(out)
+
+
+def test_context_parallel_divides_a_gpus_tokens_and_megatrons_optimizer_shards_over_dp_x_cp():
+    # each GPU runs every layer and the output layer on 1/CP of each sequence's tokens (verl
+    # preprocess_thd_engine); megatron-core's distributed optimizer shards over data x context ranks
+    from cancelctl.backends.verl.memory import update_phases
+
+    base = setup(strategy="megatron", gpus=32, tensor_parallel=8, micro_batch_tokens=2**20, log_prob_tokens=2**16,
+                 gradient_checkpointing=True)
+    cp4 = replace(base, sequence_parallel=4)
+    assert (base.data_parallel, cp4.data_parallel, cp4.optimizer_shards) == (4, 1, 4)
+    assert model_states(Q7, cp4) == model_states(Q7, base)  # weights and gradients per TP shard; Adam over 4 either way
+    parts = lambda s: dict(update_phases(Q7, s)["update"].parts)  # noqa: E731
+    assert parts(cp4)["activations"] == pytest.approx(parts(base)["activations"] / 4)
+    assert parts(cp4)["logits"] == pytest.approx(parts(base)["logits"] / 4)
+    assert parts(cp4)["activations"] == stored_activations(Q7, base, 2**20 / 4)
+    assert dict(update_phases(Q7, cp4)["log-prob"].parts)["logits"] == pytest.approx(
+        logits_bytes(Q7, base, 2**16 / 4, backward=False, entropy=True))
+
+
+def test_context_parallel_renders_for_megatron_and_is_refused_elsewhere(tmp_path):
+    from cancelctl.backends.verl.errors import VerlRenderError
+    from cancelctl.backends.verl.layout import data_parallel_size
+    from cancelctl.backends.verl.render import _template, render_override_set
+    from cancelctl.spec.expand import load_sweep
+
+    def run_of(path):
+        return load_sweep(path).runs[0]
+
+    plain = run_of(megatron_sweep(tmp_path, "plain", QWEN25_7B))
+    cp = run_of(megatron_sweep(tmp_path, "cp", QWEN25_7B, model={"context_parallel": 2}))
+    key = "actor_rollout_ref.actor.megatron.context_parallel_size"
+    assert key not in render_override_set(plain).settings  # at 1 nothing is written: a template's own stands
+    assert render_override_set(cp).settings[key].value == 2
+    assert data_parallel_size(cp, _template(cp)) == 32 // (4 * 2)
+    # the default is not dumped: runs that existed before the field keep their ids
+    assert "context_parallel" not in plain.spec.model.model_dump() and plain.run_id != cp.run_id
+    too_many = run_of(megatron_sweep(tmp_path, "too-many", QWEN25_7B, model={"context_parallel": 16}))
+    with pytest.raises(VerlRenderError, match=r"TP x PP x CP = 4 x 1 x 16 = 64 does not divide the 32 GPUs") as err:
+        render_override_set(too_many)
+    assert err.value.path == "model.context_parallel"
+    fsdp = write_sweep(tmp_path, "fsdp-cp", QWEN25_05B, gpus=2, gpu_gb=80)
+    spec = yaml.safe_load(fsdp.read_text())
+    spec["base"]["model"]["context_parallel"] = 2
+    fsdp.write_text(yaml.safe_dump(spec, sort_keys=False))
+    with pytest.raises(VerlRenderError, match="context parallel applies to strategy megatron"):
+        render_override_set(run_of(fsdp))
 
 
 def assert_levers_below_the_warning_band(out: str) -> None:
