@@ -89,12 +89,25 @@ def smoke_run(run: RunSpec, *, sweep: str, model: Path, train_files: list[str], 
         "cluster": {**SMOKE_CLUSTER, "partition": partition or spec.cluster.partition, "array_parallelism": 64},
         "tracking": {"uri": None, "experiment": None},  # the smoke work dir's own store, never the sweep's
     }
-    if spec.model.strategy == "megatron":  # the CPU runtime trains with FSDP2 only
-        patch["model"]["strategy"] = "fsdp2"
+    if spec.model.strategy == "megatron":  # the CPU runtime trains with FSDP2 only: no Megatron template or
+        # context parallel (both are refused for fsdp2 at render)
+        patch["model"].update({"strategy": "fsdp2", "context_parallel": 1})
+        if spec.model.template is not None and _megatron_only(spec.model.template):
+            patch["model"]["template"] = None
     data = deep_merge(spec.model_dump(mode="json"), patch)
     from cancelctl.spec.experiment import ExperimentSpec
 
     return make_run(sweep, run.arm, run.axes, run.seed, ExperimentSpec.model_validate(data), run.group)
+
+
+def _megatron_only(name: str) -> bool:
+    from cancelctl.backends.verl.templates import TemplateError, load_template
+
+    try:
+        strategies = load_template(name).strategies
+    except TemplateError:
+        return False  # the smoke's render names it
+    return bool(strategies) and "fsdp2" not in strategies
 
 
 def absolute_reward(reward: str | None, launch_dir: Path) -> str | None:

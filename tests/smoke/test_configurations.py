@@ -159,3 +159,18 @@ def test_a_megatron_configurations_row_says_it_was_smoked_with_fsdp2(tmp_path, m
     assert fsdp.smoked_as == "" and "FSDP2" not in fsdp.remark
     _print_smoke(result)
     assert "smoked with FSDP2" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("name", ["clip-strength", "dfpo-vs-gspo"])
+def test_a_megatron_only_template_and_context_parallel_are_left_to_the_cluster_run(tmp_path, name):
+    """megatron-large and model.context_parallel are refused for fsdp2 at render: the FSDP2 smoke of a
+    shipped Megatron experiment takes neither, and renders."""
+    from cancelctl.backends.verl.render import render_override_set
+
+    experiments = Path(__file__).resolve().parents[2] / "experiments"
+    run = load_sweep(experiments / f"{name}.yaml").runs[0]
+    assert run.spec.model.template == "megatron-large"
+    smoke = smoke_run(run, sweep="x", model=tmp_path, train_files=["t.parquet"], val_files=[], steps=1,
+                      executor="local", partition=None, launch_dir=tmp_path)
+    assert (smoke.spec.model.strategy, smoke.spec.model.template, smoke.spec.model.context_parallel) == ("fsdp2", None, 1)
+    assert render_override_set(smoke)
