@@ -194,7 +194,9 @@ def inject(soak: Soak, window_s: float) -> None:
                 continue
             task = soak.rng.choice(tasks)
             command = JOB_FAULTS[kind](task)
-            if not _quiet([_real(command[0]), *command[1:]]):
+            if not _quiet([_real(command[0]), *command[1:]]):  # the task ended in between: tried again later
+                order.append(kind)
+                time.sleep(1.0)
                 continue
         soak.faults[kind] += 1
         time.sleep(soak.rng.uniform(0.01, 0.04) * window_s)
