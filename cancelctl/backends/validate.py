@@ -7,7 +7,8 @@ check, 3. for verl runs, composing each unique override set against verl's insta
 verl configuration's per-GPU memory against `cluster.gpu_memory_gb`, from the model's config.json
 (`verl.memory_check`). Layer 3 is reported as skipped when verl is not installed (CI installs it); the
 prompt count when the tokenizer is not on this machine; layer 4 with --skip-data; layer 5 when the
-config.json is not on this machine.
+config.json is not on this machine. A SLURM run's time limit that may not hold start-up, one step and
+one checkpoint is warned about with layer 2 (`jobs.time_limit`, from the backends' estimates).
 
 It sits with the backends because layer 3 is a backend's own check: layers 1 and 2 are the spec
 wing's (`cancelctl.spec.expand`), which never imports a backend.
@@ -68,6 +69,7 @@ def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_
         note = f", NOT compute-matched: {len(sweep.warnings)} warnings" if sweep.warnings else ""
         off = rules_off_by_arm((run.arm, run.spec.monitor) for run in sweep.runs)
         note += "".join(f"; warning: {w}" for w in claims_rule_warnings(sweep.spec.claims, off))
+        note += "".join(f"; warning: {w}" for w in time_limit_warnings(sweep.runs))
         results.append(FileResult(path, True, n_runs=len(sweep.runs), note=note))
         runs = [r for r in sweep.runs if r.spec.backend == "verl"]
         if runs:
@@ -86,6 +88,20 @@ def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_
         if check_memory:
             memory_status = _check_memory(results, sweeps, verl_runs)
     return ValidationReport(results, status, data_status, memory_status)
+
+
+def time_limit_warnings(runs) -> list[str]:
+    """A SLURM time limit that may not hold start-up, one step and one checkpoint (`jobs.time_limit`):
+    a warning, not a refusal (the estimates err slow), once per message with the arms it covers."""
+    from cancelctl.jobs.time_limit import time_limit_plan
+
+    arms: dict[str, list[str]] = {}
+    for run in runs:
+        if run.spec.executor == "slurm" and (warning := time_limit_plan(run).warning()) is not None:
+            of = arms.setdefault(warning, [])
+            if run.arm not in of:
+                of.append(run.arm)
+    return [f"{warning} [arm {', '.join(of)}]" for warning, of in arms.items()]
 
 
 def _check_data(results: list[FileResult], sweeps: dict, verl_runs: dict[Path, list]) -> None:

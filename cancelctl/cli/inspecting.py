@@ -58,13 +58,15 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
     allow_unmatched: bool = typer.Option(False, help="Accept arms that are not compute-matched."),
 ) -> None:
-    """List the runs a sweep expands to, with stable run ids, planned compute and each verl configuration's
+    """List the runs a sweep expands to, with stable run ids, planned compute, the allocations of
+    cluster.time_min each SLURM run is expected to need, and each verl configuration's
     estimated GPU memory per GPU, where the model's config.json is on this machine (with --json, also the
     prompts verl keeps under max_prompt_length, where the data and the tokenizer are on this machine)."""
     from cancelctl.spec.batching import minibatch_order, minibatch_order_note
 
     sweep = load_sweep_file(path, allow_unmatched=allow_unmatched)
     memory, memory_skipped = _gpu_memory(sweep)
+    limits = _time_limits(sweep)
     if as_json:
         rows = [
             {
@@ -90,6 +92,7 @@ def plan(
         for row in rows:
             row["prompt_lengths"] = lengths.get(row["run_id"])
             row["gpu_memory"] = memory[row["run_id"]].to_json() if row["run_id"] in memory else None
+            row["time_limit"] = limits[row["run_id"]].to_json() if row["run_id"] in limits else None
         typer.echo(json.dumps({"sweep": sweep.name, "baseline": sweep.spec.baseline, "runs": rows,
                                "prompt_lengths_skipped": skipped or None,
                                "gpu_memory_skipped": memory_skipped or None}, indent=2))
@@ -101,6 +104,8 @@ def plan(
         table.add_column(col, no_wrap=True)
     for col in ("budget", "gen tokens", "updates"):
         table.add_column(col, no_wrap=True, justify="right")
+    if limits:
+        table.add_column("allocations", no_wrap=True, justify="right")
     if memory:
         table.add_column("GPU memory (GiB per GPU)", no_wrap=True)
     lengths, lengths_skipped = _prompt_lengths(sweep)
@@ -113,6 +118,7 @@ def plan(
             r.spec.algorithm.loss, f"{r.spec.algorithm.clip_low:g}/{r.spec.algorithm.clip_high:g}",
             minibatch_order_note(r.spec), _budget(r.spec.budget), _si(c["gen_tokens"]),
             "at the budget" if c["update_steps"] is None else f"{c['update_steps']:,}",  # known when the run ends
+            *([_allocations_cell(limits.get(r.run_id))] if limits else []),
             *([_memory_cell(memory.get(r.run_id))] if memory else []),
             *([_prompts_cell(lengths.get(r.run_id))] if lengths else []),
         )
@@ -123,6 +129,20 @@ def plan(
         console.print(Text(memory_skipped, style="dim"), highlight=False, soft_wrap=True)
     for w in sweep.warnings:
         say(err_console, "NOT compute-matched:", "yellow", w)
+
+
+def _time_limits(sweep) -> dict:
+    """Each SLURM run's time-limit plan (jobs.time_limit): the allocations it is expected to need."""
+    from cancelctl.jobs.time_limit import time_limit_plan
+
+    return {r.run_id: time_limit_plan(r) for r in sweep.runs if r.spec.executor == "slurm"}
+
+
+def _allocations_cell(limit) -> Text:
+    """"3" allocations of cluster.time_min expected; "-" where the backend has no estimate."""
+    if limit is None or limit.allocations is None:
+        return Text("-")
+    return Text(str(limit.allocations), style="" if limit.holds_one_step else "yellow")
 
 
 def _prompt_lengths(sweep) -> tuple[dict[str, list[dict]], str]:

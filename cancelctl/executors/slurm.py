@@ -25,6 +25,7 @@ from cancelctl.executors.slurm_view import shared_task_states
 from cancelctl.fileio import read_json
 from cancelctl.jobs.outcome import read_error, result_finished_at
 from cancelctl.jobs.runjob import RunJob
+from cancelctl.jobs.time_limit import time_limit_plan
 from cancelctl.manifest import (
     ABANDONED,
     INTENT,
@@ -71,7 +72,7 @@ class SlurmExecutor(Executor[Shapes, TaskStates]):
             )
 
     def plan(self, runs: Sequence[RunSpec], workdir: Path) -> Shapes:
-        shapes = {run.run_id: slurm.job_shape(run.spec, workdir) for run in runs}
+        shapes = {run.run_id: slurm.job_shape(run.spec, workdir, time_limit_plan(run)) for run in runs}
         seen: set[str] = set()
         for run in runs:
             shape = shapes[run.run_id]

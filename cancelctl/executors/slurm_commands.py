@@ -30,6 +30,7 @@ from typing import Any
 from cancelctl.errors import SpecError, SpecIssue
 from cancelctl.executors.base import SchedulerError
 from cancelctl.jobs.entry import ARRAY_TASK_ENTRY
+from cancelctl.jobs.time_limit import SUBMITIT_LEAD_S, SUBMITIT_TIMEOUTS, TimeLimitPlan
 from cancelctl.spec.cluster import SBATCH_FLAG, line_break_in
 from cancelctl.spec.experiment import ExperimentSpec
 
@@ -37,7 +38,7 @@ SBATCH_TIMEOUT_S = 60
 QUERY_TIMEOUT_S = 30
 DEFAULT_MAX_ARRAY_SIZE = 1001  # SLURM's default when scontrol cannot be asked
 # Parameters cancelctl sets itself; `cluster.additional` must not override them.
-RESERVED = {"array", "job_name", "output", "error", "open_mode", "comment", "map_count", "wckey",
+RESERVED = {"array", "job_name", "output", "error", "open_mode", "comment", "map_count", "wckey", "signal_delay_s",
             "additional_parameters", "srun_args", "stderr_to_stdout", "use_srun", "ntasks_per_node", "ntasks",
             "tasks_per_node"}
 # sbatch/submitit names that have a ClusterSpec field: set the field, not `additional`.
@@ -60,25 +61,29 @@ class JobShape:
 
     parameters: dict[str, Any]
     python: str
+    max_timeouts: int = SUBMITIT_TIMEOUTS  # time-outs submitit requeues (the plan's: `jobs.time_limit`)
 
     @property
     def key(self) -> str:
         import json
 
-        return json.dumps([self.parameters, self.python], sort_keys=True, default=str)
+        return json.dumps([self.parameters, self.python, self.max_timeouts], sort_keys=True, default=str)
 
 
 def slurm_available() -> bool:
     return all(shutil.which(cmd) for cmd in ("sbatch", "sacct", "squeue", "scancel", "scontrol"))
 
 
-def job_shape(spec: ExperimentSpec, workdir: Path) -> JobShape:
-    """submitit SlurmExecutor parameters for a run (names as in submitit's `update_parameters`)."""
+def job_shape(spec: ExperimentSpec, workdir: Path, time_limit: TimeLimitPlan | None = None) -> JobShape:
+    """submitit SlurmExecutor parameters for a run (names as in submitit's `update_parameters`).
+    `time_limit`: the run's planned signal lead and time-out count (`jobs.time_limit`); submitit's
+    defaults without one."""
     from submitit.slurm.slurm import _convert_mem
 
     cluster = spec.cluster
     params: dict[str, Any] = {
         "time": cluster.time_min,
+        "signal_delay_s": time_limit.lead_s if time_limit else SUBMITIT_LEAD_S,  # sbatch --signal=USR2@<lead>
         "nodes": cluster.nodes,
         "cpus_per_task": cluster.cpus_per_task,
         "array_parallelism": cluster.array_parallelism,
@@ -126,7 +131,7 @@ def job_shape(spec: ExperimentSpec, workdir: Path) -> JobShape:
         raise SpecError(issues, title="invalid SLURM settings (cluster.additional): nothing was submitted")
     if raw:
         params["additional_parameters"] = raw
-    return JobShape(params, python)
+    return JobShape(params, python, time_limit.max_timeouts if time_limit else SUBMITIT_TIMEOUTS)
 
 
 @functools.lru_cache(maxsize=1)
@@ -254,7 +259,7 @@ def write_array_files(folder: Path, token: str, jobs: Sequence[Any], shape: JobS
     timeout_min = shape.parameters.get("time", 5)
     for index, job in enumerate(jobs):
         delayed = DelayedSubmission(job)
-        delayed.set_timeout(timeout_min, max_num_timeout=3)
+        delayed.set_timeout(timeout_min, max_num_timeout=shape.max_timeouts)
         tmp = folder / f".{token}_{index}.pkl.tmp"
         delayed.dump(tmp)
         os.replace(tmp, folder / f"{token}_{index}.pkl")

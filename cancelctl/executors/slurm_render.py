@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cancelctl.executors import slurm_commands as slurm
+from cancelctl.jobs.time_limit import time_limit_plan
 from cancelctl.spec.run import RunSpec
 from cancelctl.workdir import sweep_paths
 
@@ -38,7 +39,7 @@ def render_run(run: RunSpec, workdir: Path, workload: Callable[[Path], list[str]
     from cancelctl.jobs.raycluster import JOIN_TIMEOUT_S, RAY_ENV
 
     paths = sweep_paths(workdir, run.sweep)
-    shape = slurm.job_shape(run.spec, paths.workdir)
+    shape = slurm.job_shape(run.spec, paths.workdir, time_limit_plan(run))
     slurm.check_shape(shape, where=f"arm {run.arm}: cluster")
     script = slurm.render_sbatch(
         shape, folder=paths.submitit_dir, token=RENDER_TOKEN, n_tasks=1,

@@ -15,6 +15,10 @@ the step that was in flight.
 
 Only signals that already have a Python handler are deferred, i.e. inside submitit's job runtime;
 an in-process (debug) run keeps the CLI's default handlers.
+
+The USR2 lead is an estimate fixed at submission; a job given its allocation's deadline
+(`jobs.deadline`) also leaves as on USR2 at the first step boundary where the time left no longer
+holds the step and checkpoint it measured (`at_step_boundary(save, step_s=...)`, `checkpoint_took`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ DEFERRED_SIGNALS = (getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIG
 _pending: list[int] = []
 _failure: list[BaseException] = []
 _replaced: dict[int, Any] = {}
+_deadline: list[Any] = []  # this allocation's `deadline.AllocationDeadline`, while `deferred_signals` holds one
+USR2 = DEFERRED_SIGNALS[0]
 
 
 class Terminated(SystemExit):
@@ -50,8 +56,9 @@ def _record(signum: int, frame: Any) -> None:
 
 
 @contextmanager
-def deferred_signals(signums: tuple[int, ...] = DEFERRED_SIGNALS) -> Iterator[None]:
-    """Record `signums` instead of handling them, until `at_step_boundary`; restore on exit."""
+def deferred_signals(signums: tuple[int, ...] = DEFERRED_SIGNALS, deadline: Any = None) -> Iterator[None]:
+    """Record `signums` instead of handling them, until `at_step_boundary`; restore on exit. `deadline`
+    (`jobs.deadline.AllocationDeadline`): also leave as on USR2 when the next step would not fit."""
     installed: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in signums:
@@ -60,6 +67,7 @@ def deferred_signals(signums: tuple[int, ...] = DEFERRED_SIGNALS) -> Iterator[No
                 installed[signum] = current
                 signal.signal(signum, _record)
     _replaced.update(installed)
+    _deadline[:] = [deadline] if deadline is not None and USR2 in installed else []  # only where USR2 requeues
     try:
         yield
     finally:
@@ -68,6 +76,13 @@ def deferred_signals(signums: tuple[int, ...] = DEFERRED_SIGNALS) -> Iterator[No
             _replaced.pop(signum, None)
         _pending.clear()
         _failure.clear()
+        _deadline.clear()
+
+
+def checkpoint_took(seconds: float) -> None:
+    """A backend wrote a checkpoint in `seconds` (kept as the deadline's measure)."""
+    if _deadline:
+        _deadline[0].checkpoint_took(seconds)
 
 
 def fail_at_step_boundary(exc: BaseException) -> None:
@@ -81,12 +96,17 @@ def pending() -> list[int]:
     return list(_pending)
 
 
-def at_step_boundary(save: Callable[[], None]) -> None:
-    """Call after a step is complete. If a deferred signal arrived: `save()` a checkpoint, then hand
-    USR2 to the handler it was deferred from (submitit's: requeue and SystemExit) and end the job
-    on SIGTERM (`Terminated`)."""
+def at_step_boundary(save: Callable[[], None], step_s: float | None = None) -> None:
+    """Call after a step is complete (`step_s`: how long it took, where the caller knows its steps). If a
+    deferred signal arrived, or the allocation's time left no longer holds another step: `save()` a
+    checkpoint, then hand USR2 to the handler it was deferred from (submitit's: requeue and SystemExit)
+    and end the job on SIGTERM (`Terminated`)."""
     if _failure:  # another thread found the run cannot go on (a node of its Ray cluster left)
         raise _failure.pop()
+    if _deadline and step_s is not None:
+        _deadline[0].step_took(step_s)
+        if USR2 not in _pending and _deadline[0].must_leave():
+            _pending.append(USR2)  # as if the time-limit signal had come: the same checkpoint and requeue
     if not _pending:
         return
     received = sorted(_pending, key=lambda signum: signum == signal.SIGTERM)  # a requeue request first

@@ -122,6 +122,7 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None,
 
 def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: Any) -> dict[str, float]:
     from cancelctl.jobs import preemption
+    from cancelctl.jobs.deadline import for_this_job
     from cancelctl.spec.run import RunSpec
     from cancelctl.tracking import RunLogger
     from cancelctl.jobs.hardware import describe_hardware
@@ -150,8 +151,10 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
             cluster = run_cluster(allocation, run_dir, logger)
         else:
             cluster = contextlib.nullcontext()
-        # USR2/SIGTERM wait for the backend's step boundary; a closed terminal interrupts like Ctrl-C
-        with cluster, preemption.deferred_signals(), _hangup_interrupts():
+        # USR2/SIGTERM wait for the backend's step boundary, as does leaving before the time limit
+        # (jobs.deadline); a closed terminal interrupts like Ctrl-C
+        deadline = for_this_job(run_dir)
+        with cluster, preemption.deferred_signals(deadline=deadline), _hangup_interrupts():
             result = train(run, run_dir, logger, cache_dir)
     except fencing.StaleAttempt:  # a newer attempt owns the run folder: nothing more is written
         raise

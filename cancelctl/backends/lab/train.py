@@ -42,6 +42,7 @@ from cancelctl.backends.lab.objective import build_loss, loss_config, needs_grou
 from cancelctl.backends.lab.policy import PolicyConfig, TinyCausalLM, response_forward, token_entropy
 from cancelctl.backends.lab.rollout import InferenceEngine, RolloutBatch, generate
 from cancelctl.backends.lab.task import VOCAB, ArithmeticTask
+from cancelctl.backends.step_costs import step_pause
 from cancelctl.jobs import preemption
 from cancelctl.jobs.monitor import RunMonitor, lr_spike
 from cancelctl.spec.experiment import AlgorithmSpec, ExperimentSpec
@@ -168,6 +169,7 @@ class LabRun:
             if logged_through is None:
                 self.logger.log(0, initial)
         monitor, spike = RunMonitor(spec.monitor, self.run_dir, resume_step=self.progress.step), lr_spike()
+        pause = step_pause()
         step = self.progress.step
         while not self.budget_reached(step):  # a run resumed from its last step's checkpoint is done
             step += 1
@@ -200,7 +202,10 @@ class LabRun:
                 self.save()
             if stop is not None:  # ends at this step boundary, its checkpoint kept
                 break
-            preemption.at_step_boundary(self.save)  # requeue/timeout signal: save, then hand over
+            if pause:
+                time.sleep(pause)
+            # requeue/timeout signal, or too little of the allocation left: save, then hand over
+            preemption.at_step_boundary(self.save, step_s=time.perf_counter() - started)
         return dict(self.progress.last_metrics)
 
     def budget_reached(self, step: int) -> bool:
@@ -423,6 +428,7 @@ class LabRun:
         # if it is free now. Waiting on a store busy with the sweep's other runs would stall every
         # checkpoint, and with it a SIGTERM's checkpoint past the scheduler's kill wait.
         self.logger.flush(wait=False)
+        started = time.perf_counter()
         checkpoint.save(
             self.run_dir,
             {
@@ -434,6 +440,7 @@ class LabRun:
                 "torch_rng": torch.get_rng_state(),
             },
         )
+        preemption.checkpoint_took(time.perf_counter() - started)  # what leaving before the time limit needs
 
     def resume(self) -> bool:
         state = checkpoint.load(self.run_dir)
