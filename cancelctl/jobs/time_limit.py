@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 SUBMITIT_LEAD_S = 90  # submitit's signal_delay_s: the lead when a backend has no estimate
 SUBMITIT_TIMEOUTS = 3  # submitit's max_num_timeout: the count's floor
 LEAD_MARGIN = 1.5  # the lead covers (one step + one checkpoint) x this
+LEAD_SHARE = 0.1  # ... but takes at most this share of an allocation (above the backend's floor)
 # A token budget's steps are unknown before the run: planned as if responses averaged this share of
 # the response cap (shorter responses mean more steps; the lab's sums answer in about a third of it).
 TOKEN_BUDGET_FILL = 0.25
@@ -86,7 +87,9 @@ def plan_time_limit(run: RunSpec, cost: StepCost | None) -> TimeLimitPlan:
     time_s = run.spec.cluster.time_min * 60
     if cost is None:
         return TimeLimitPlan(time_s, SUBMITIT_LEAD_S, None, SUBMITIT_TIMEOUTS)
-    lead = min(cost.lead_s, time_s)  # a lead past the limit is sent at the start: one step, then a requeue
+    # An estimate that errs slow must not give away a large share of every allocation: the lead is at most
+    # LEAD_SHARE of it (above the floor); a step longer than that is caught by the measured deadline.
+    lead = min(cost.lead_s, max(math.ceil(cost.lead_floor_s), int(time_s * LEAD_SHARE)), time_s)
     allocations = expected_allocations(run, cost, time_s, lead)
     return TimeLimitPlan(time_s, lead, allocations, max_timeouts(allocations), cost)
 

@@ -511,3 +511,20 @@ def test_list_names_a_manifest_field_of_the_wrong_type_instead_of_a_traceback(tm
 def test_float_options_refuse_nan_and_inf(args, tmp_path):
     result = runner.invoke(app, [*args, "s", "-w", str(tmp_path)])
     assert result.exit_code == 2 and args[1] in result.output and "finite" in result.output, result.output
+
+
+def test_plan_shows_the_allocations_each_slurm_run_needs_and_validate_warns_of_a_limit_too_short(write_yaml):
+    """1 minute holds the lab's start-up and a step; a 9-layer lab at 512 wide whose steps take longer does not."""
+    path = write_yaml("name: t\nbase: {executor: slurm, cluster: {time_min: 1}, budget: {steps: 200}}\narms:\n  a: {}\n"
+                      "  big: {lab: {d_model: 1024, n_layers: 12, n_heads: 8}}\n")
+    result = runner.invoke(app, ["plan", "--allow-unmatched", str(path)], env={"COLUMNS": "300"})
+    assert result.exit_code == 0 and "allocations" in result.output, result.output
+    rows = json.loads(runner.invoke(app, ["plan", "--json", "--allow-unmatched", str(path)]).output)["runs"]
+    small = rows[0]["time_limit"]
+    assert small["expected_allocations"] > 3 and small["max_timeouts"] > 3 and small["lead_s"] >= 10
+    row = next(line for line in result.output.splitlines() if line.startswith("a-s0"))
+    assert row.split()[-1] == str(small["expected_allocations"]), row
+    checked = runner.invoke(app, ["validate", "--allow-unmatched", "--skip-verl", "--skip-data", str(path)])
+    assert checked.exit_code == 0, checked.output  # a warning, not a refusal
+    assert "warning: cluster.time_min 1 may not hold start-up" in checked.output and "[arm big]" in checked.output
+    assert "[arm a" not in checked.output.replace("[arm big]", "")

@@ -375,3 +375,19 @@ def test_a_lost_answer_is_not_queued_only_when_both_commands_say_so_past_the_gra
     slurm_exec.SlurmExecutor().reconcile(paths, store.load().intents(), wait=False)
     recorded = store.load().submissions[sub.token]
     assert recorded.state == SUBMIT_FAILED and "it was not queued" in recorded.error
+
+
+def test_the_planned_lead_is_the_signal_line_and_the_planned_count_is_in_every_tasks_pickle(tmp_path):
+    """sbatch `--signal=USR2@<lead>` and submitit's `max_num_timeout` follow the run's time-limit plan."""
+    from submitit.core.utils import DelayedSubmission
+
+    from cancelctl.jobs.time_limit import TimeLimitPlan
+
+    plan = TimeLimitPlan(time_s=60, lead_s=17, allocations=9, max_timeouts=12)
+    shape = slurm_mod.job_shape(ExperimentSpec(executor="slurm"), tmp_path, plan)
+    script = slurm_mod.render_sbatch(shape, folder=tmp_path, token="t", n_tasks=2, job_name="j", comment="c")
+    assert "#SBATCH --signal=USR2@17" in script
+    slurm_mod.write_array_files(tmp_path, "t", [print, print], shape, script)
+    assert DelayedSubmission.load(tmp_path / "t_1.pkl")._timeout_countdown == 12
+    default = slurm_mod.job_shape(ExperimentSpec(executor="slurm"), tmp_path)  # no plan: submitit's own
+    assert (default.parameters["signal_delay_s"], default.max_timeouts) == (90, 3)

@@ -48,7 +48,9 @@ def test_allocations_follow_the_runs_work_and_the_time_out_count_follows_them(tm
 def test_an_allocation_too_short_for_its_lead_still_plans_one_step_each_and_is_warned(tmp_path):
     run = lab_run(tmp_path, steps=12, time_min=1)
     plan = plan_time_limit(run, cost(50.0, 20.0, startup_s=30.0))  # 30 + 50 + 20 > 60
-    assert plan.lead_s == 60 and plan.allocations == 12  # the lead is cut at the limit: sent at the start
+    assert plan.lead_s == 10 and plan.allocations == 12  # at most a tenth of the allocation, above the floor
+    long = plan_time_limit(lab_run(tmp_path, steps=12, time_min=600), cost(2000.0, 500.0))
+    assert long.lead_s == 3600  # a slow estimate never takes more than a tenth of each allocation
     assert not plan.holds_one_step
     assert "cluster.time_min 1 may not hold start-up (30 s), one step (50 s) and one checkpoint (20 s)" in plan.warning()
     assert "at least 2" in plan.warning()
