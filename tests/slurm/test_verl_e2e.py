@@ -286,7 +286,9 @@ def test_one_verl_run_over_the_two_nodes_of_partition_multi_trains_until_cancell
         assert [s["version"] for s in server_syncs[:3]] == [1, 2, 3], syncs
         assert all(s["missing"] == 0 and s["unexpected"] == 0 for s in server_syncs), syncs
     assert max(history["training/rollout_probs_diff_mean"][s] for s in (1, 2)) < 1e-3, history
-    assert max(history["dfpo/weight_dispersion"][s] for s in (1, 2)) > 0  # GSPO's weights (δ on top) vary in a group
+    # GSPO's weights (δ on top) vary in a group; the metric averages over live groups (mixed rewards),
+    # which a step of the tiny random policy may lack: any logged step will do
+    assert max(history["dfpo/weight_dispersion"].values()) > 0, history["dfpo/weight_dispersion"]
     assert run.info.status == "KILLED"  # closed as cancelled, every logged step kept
 
 
