@@ -93,11 +93,12 @@ def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_
 def time_limit_warnings(runs) -> list[str]:
     """A SLURM time limit that may not hold start-up, one step and one checkpoint (`jobs.time_limit`):
     a warning, not a refusal (the estimates err slow), once per message with the arms it covers."""
+    from cancelctl.executors.registry import get_executor
     from cancelctl.jobs.time_limit import time_limit_plan
 
     arms: dict[str, list[str]] = {}
     for run in runs:
-        if run.spec.executor == "slurm" and (warning := time_limit_plan(run).warning()) is not None:
+        if get_executor(run.spec.executor).has_time_limit and (warning := time_limit_plan(run).warning()) is not None:
             of = arms.setdefault(warning, [])
             if run.arm not in of:
                 of.append(run.arm)

@@ -133,9 +133,10 @@ def plan(
 
 def _time_limits(sweep) -> dict:
     """Each SLURM run's time-limit plan (jobs.time_limit): the allocations it is expected to need."""
+    from cancelctl.executors.registry import get_executor
     from cancelctl.jobs.time_limit import time_limit_plan
 
-    return {r.run_id: time_limit_plan(r) for r in sweep.runs if r.spec.executor == "slurm"}
+    return {r.run_id: time_limit_plan(r) for r in sweep.runs if get_executor(r.spec.executor).has_time_limit}
 
 
 def _allocations_cell(limit) -> Text:

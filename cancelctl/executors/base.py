@@ -97,6 +97,7 @@ class Executor(ABC, Generic[PlanT, TasksT]):
     poll_s: ClassVar[float] = 1.0  # how often a waiting launcher asks for states
     reconcile_on_status: ClassVar[bool] = False  # `status` resolves this executor's intents (when no launcher is busy)
     stops_with_launcher: ClassVar[bool] = False  # an interrupted launch stops the runs it queued or started
+    has_time_limit: ClassVar[bool] = False  # a job's `cluster.time_min` ends its allocation (the lead, validate's warning)
 
     # -- launch --------------------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ TaskStates = slurm_states.TaskStates  # (array id, index) -> what sacct/squeue s
 class SlurmExecutor(Executor[Shapes, TaskStates]):
     name = "slurm"
     waits_by_default = False  # a sweep on a cluster outlives the login shell
+    has_time_limit = True
     poll_s = 5.0
     reconcile_on_status = True  # a lost job id is found by job name, without waiting
 
