@@ -101,7 +101,10 @@ def test_a_forked_process_starts_as_exec_would_leave_it(tmp_path):
     """Handlers back to the default (ignored signals stay ignored), SIGINT to KeyboardInterrupt, the
     given environment and working directory — what a fresh interpreter would have."""
     read, write = os.pipe()
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP)}
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP, signal.SIGINT)}
+    # SIGINT handled here, whatever this pytest inherited (a shell's background job starts with it ignored,
+    # which a fork, like an exec, rightly keeps)
+    signal.signal(signal.SIGINT, lambda *a: None)
     signal.signal(signal.SIGTERM, lambda *a: None)
     signal.signal(signal.SIGUSR2, lambda *a: None)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
