@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cancelctl.fileio import atomic_write_json
+from cancelctl.jobs.time_limit import LEAD_MARGIN
 
 log = logging.getLogger("cancelctl.jobs")
 
 TIMING_JSON = "timing.json"
-MARGIN = 1.5  # the time left must hold (one step + one checkpoint) x this
 EXIT_S = 10.0  # flushing the tracking store, submitit's requeue call, the process's exit
 KEEP = 20  # the longest of the last KEEP steps (and checkpoints) is what the next one may take
 SQUEUE_TIMEOUT_S = 10
@@ -84,7 +84,7 @@ class AllocationDeadline:
         step, checkpoint = self.timing.step_s, self.timing.checkpoint_s
         if step is None or checkpoint is None:
             return None
-        return MARGIN * (step + checkpoint) + EXIT_S
+        return LEAD_MARGIN * (step + checkpoint) + EXIT_S  # the margin the signal's planned lead has
 
     def left_s(self) -> float:
         return self.end - self.clock()
@@ -95,7 +95,7 @@ class AllocationDeadline:
             return False
         log.warning("%.0f s left in this allocation, less than one more step, a checkpoint and the requeue "
                     "(%.0f s measured x %.1f + %.0f s): checkpointing and requeuing now", self.left_s(),
-                    needed - EXIT_S, MARGIN, EXIT_S)
+                    (needed - EXIT_S) / LEAD_MARGIN, LEAD_MARGIN, EXIT_S)
         return True
 
 

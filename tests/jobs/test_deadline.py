@@ -8,7 +8,8 @@ import signal
 import pytest
 
 from cancelctl.jobs import preemption
-from cancelctl.jobs.deadline import EXIT_S, MARGIN, AllocationDeadline, Timing, allocation_end, parse_time_left
+from cancelctl.jobs.deadline import EXIT_S, AllocationDeadline, Timing, allocation_end, parse_time_left
+from cancelctl.jobs.time_limit import LEAD_MARGIN
 
 
 class Clock:
@@ -37,7 +38,7 @@ def test_nothing_measured_never_leaves_early_then_the_measured_step_and_checkpoi
     deadline.step_took(2.0)
     assert not deadline.must_leave()  # a step, but no checkpoint measured yet
     deadline.checkpoint_took(0.5)
-    needed = MARGIN * 2.5 + EXIT_S
+    needed = LEAD_MARGIN * 2.5 + EXIT_S
     assert deadline.needed_s() == pytest.approx(needed)
     clock.now = 1030.0 - needed - 0.1
     assert not deadline.must_leave()
