@@ -2,7 +2,7 @@
 run folder's `heartbeat` file, rewritten by the backend whenever it moves on.
 
     {"step": 7}        a step finished, logged or not (a requeued attempt replays the steps after its
-                       last checkpoint without logging them again)
+                       last checkpoint without logging them again); {"step": null}: its number unknown
     {"phase": "..."}   a part of a step finished (verl: a rollout, an update, a validation, a save)
 
 The watchdog reads only that the file changed (its size or modification time) and which of the two it
@@ -22,7 +22,7 @@ HEARTBEAT = "heartbeat"
 def beat(run_dir: Path, *, step: int | None = None, phase: str | None = None) -> None:
     """Say the run moved on. Never raises: a beat lost to a full disk costs at most a false stall,
     which the requeue survives; a beat that failed the run would cost the run."""
-    record = {"step": int(step)} if step is not None else {"phase": str(phase)}
+    record = {"phase": str(phase)} if phase is not None else {"step": None if step is None else int(step)}
     try:
         with open(Path(run_dir) / HEARTBEAT, "w", encoding="utf-8") as handle:
             handle.write(json.dumps(record))
