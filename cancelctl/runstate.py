@@ -48,6 +48,7 @@ class RunState:
     # is KILLED, as when the run closes itself on the SIGTERM, whichever of the two gets there
     cancel_requested: bool = False
     hardware: dict[str, str] = field(default_factory=dict)  # what its latest attempt ran on (job.json)
+    stalls: int = 0  # attempts the stall watchdog ended (attempts.jsonl); the reason names the latest
 
     @property
     def active(self) -> bool:

@@ -81,6 +81,17 @@ def end_attempt(run_dir: Path, token: str, outcome: str) -> None:
     _append_jsonl(RunFolder(run_dir).attempts, {"event": "end", "token": token, "outcome": outcome, "ts": time.time()})
 
 
+def append_attempt_line(run_dir: Path, line: dict[str, Any]) -> None:
+    """An attempt's line written by another process than the attempt's own (the stall watchdog's
+    `stalled` end, which checks the fence itself: it holds none)."""
+    _append_jsonl(RunFolder(run_dir).attempts, line)
+
+
+def stalls(run_dir: Path) -> list[dict[str, Any]]:
+    """The `stalled` ends of the run's attempts (`cancelctl.jobs.watchdog`), oldest first."""
+    return [a for a in read_attempts(run_dir) if a.get("event") == "end" and a.get("outcome") == "stalled"]
+
+
 ERROR_RESERVE = ".error.reserve"  # space set aside at each start for error.txt (a full disk)
 ERROR_RESERVE_BYTES = 16 * 1024
 
@@ -103,11 +114,16 @@ def reserve_error_space(run_dir: Path) -> None:
         pass
 
 
+def error_first_line(kind: str, job_id: str | None, message: str) -> str:
+    """error.txt's first line: "FAILED <when> job <id>: <message>" (`read_error` reads it back)."""
+    when = datetime.datetime.now().isoformat(timespec="seconds")
+    return f"{kind} {when} job {job_id or 'in-process'}: {message}\n"
+
+
 def write_error(run_dir: Path, kind: str) -> None:
     fencing.check(run_dir)
     exc = sys.exc_info()[1]
-    when = datetime.datetime.now().isoformat(timespec="seconds")
-    text = f"{kind} {when} job {current_job_id() or 'in-process'}: {describe_exception(exc)}\n"
+    text = error_first_line(kind, current_job_id(), describe_exception(exc))
     path = RunFolder(run_dir).error
     try:
         path.write_text(text + traceback.format_exc(), encoding="utf-8")

@@ -21,6 +21,7 @@ import contextlib
 import importlib
 import json
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
@@ -114,14 +115,15 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None,
         if not held:
             log.warning("%s held by another process for over %.0f s; starting anyway", lock, ATTEMPT_LOCK_WAIT_S)
         try:
-            return _run_attempt(run_dir, token=token, threads=threads, allocation=allocation)
+            return _run_attempt(run_dir, token=token, threads=threads, allocation=allocation, fence=fence.number)
         except fencing.StaleAttempt as exc:
             log.error("%s", exc)  # the job's log says why it ended; the run folder is the newer attempt's
             raise
 
 
-def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: Any) -> dict[str, float]:
+def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: Any, fence: int = 0) -> dict[str, float]:
     from cancelctl.jobs import preemption
+    from cancelctl.jobs.watchdog import watching
     from cancelctl.jobs.deadline import for_this_job
     from cancelctl.spec.run import RunSpec
     from cancelctl.tracking import RunLogger
@@ -143,6 +145,7 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
     archive_stop(run_dir)  # so is an earlier attempt's monitor stop (a run resumed with --retry-stopped)
     logger = RunLogger(run_dir, run_store_uri(record, run_dir), record.get("mlflow_run_id"))
     logger.set_tags(hardware_tags(hardware))  # the latest attempt's; attempts.jsonl keeps each one's
+    _tag_stalls(logger, run_dir)
     try:
         train = backend_train(run.spec.backend)
         if allocation is not None:
@@ -154,7 +157,10 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
         # USR2/SIGTERM wait for the backend's step boundary, as does leaving before the time limit
         # (jobs.deadline); a closed terminal interrupts like Ctrl-C
         deadline = for_this_job(run_dir)
-        with cluster, preemption.deferred_signals(deadline=deadline), _hangup_interrupts():
+        # the stall watchdog: another process, which ends and requeues this attempt if it stops making progress
+        watchdog = watching(run_dir, run.spec.monitor.stall, fence=fence, token=token, job_id=current_job_id(),
+                            executor=os.environ.get("SUBMITIT_EXECUTOR"))
+        with cluster, preemption.deferred_signals(deadline=deadline), _hangup_interrupts(), watchdog:
             result = train(run, run_dir, logger, cache_dir)
     except fencing.StaleAttempt:  # a newer attempt owns the run folder: nothing more is written
         raise
@@ -222,6 +228,18 @@ def _tag_stopped(logger: Any, run_dir: Path, stop: Any) -> None:
 
     logger.set_tags(stopped_tags(stop.rule, stop.step))
     logger.log_artifact(RunFolder(run_dir).alerts)
+
+
+def _tag_stalls(logger: Any, run_dir: Path) -> None:
+    """Earlier attempts the stall watchdog ended: counted on the MLflow run, the latest one's stacks kept."""
+    from cancelctl.jobs.outcome import stalls
+    from cancelctl.jobs.watchdog import stall_sentence
+    from cancelctl.tracking.tags import stall_tags
+
+    ended = stalls(run_dir)
+    if ended:
+        logger.set_tags(stall_tags(ended, stall_sentence))
+        logger.log_artifact(run_dir / ended[-1]["stacks"])
 
 
 class StaleSubmission(RuntimeError):

@@ -13,7 +13,8 @@ from typing import Any
 from cancelctl.executors import get_executor
 from cancelctl.executors.base import DECIDE, Executor, Freshness
 from cancelctl.fileio import read_json
-from cancelctl.jobs.outcome import read_attempts
+from cancelctl.jobs.outcome import read_attempts, stalls
+from cancelctl.jobs.watchdog import stall_sentence
 from cancelctl.manifest import (
     ABANDONED,
     INTENT,
@@ -84,7 +85,24 @@ def _unanswered(latest: tuple[Submission, int] | None, executors: dict[str, Exec
     return not executors[sub.executor].answered(sub, tasks[sub.executor])
 
 
-def run_state(
+def run_state(paths: SweepPaths, manifest: Manifest, run_id: str, entry: RunEntry, latest: tuple[Submission, int] | None,
+              executors: dict[str, Executor[Any, Any]], tasks: dict[str, Any], driver_alive: bool, now: float) -> RunState:
+    state = _run_state(paths, manifest, run_id, entry, latest, executors, tasks, driver_alive, now)
+    return with_stalls(state)
+
+
+def with_stalls(state: RunState) -> RunState:
+    """The attempts the stall watchdog ended, counted and the latest said in the reason (`status`,
+    `watch`): a run requeued after a stall is pending or running again, and says why."""
+    ended = stalls(state.run_dir) if state.run_dir is not None else []
+    state.stalls = len(ended)
+    if ended and "stalled" not in state.reason:
+        note = f"{len(ended)} stall(s), the latest {stall_sentence(ended[-1])}"
+        state.reason = f"{state.reason}; {note}" if state.reason else note
+    return state
+
+
+def _run_state(
     paths: SweepPaths,
     manifest: Manifest,
     run_id: str,

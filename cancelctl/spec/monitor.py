@@ -85,12 +85,30 @@ class NonFiniteRule(Strict):
     action: Action = "stop"
 
 
+class StallRule(Strict):
+    """The stall watchdog (`cancelctl.jobs.watchdog`): a job that shows no progress (a step logged, a
+    verl phase finished) for `after_min` minutes — by default the larger of `floor_min` and
+    `step_multiple` × the run's median step time — or, before this attempt's first step, for
+    `startup_min`, is stalled: its Python stacks are saved under `stalls/`, its processes killed, and it
+    is requeued from its last checkpoint, at most `retries` times; then the run fails naming the stall.
+    A multiple, not a fixed limit: a run whose steps grow several-fold is slow, not stalled."""
+
+    action: Literal["requeue", "off"] = "requeue"
+    after_min: float | None = Field(None, gt=0, description="fixed limit in minutes (default: from the run's step time)")
+    floor_min: float = Field(10.0, gt=0, description="the smallest limit once steps are logged, in minutes")
+    step_multiple: float = Field(10.0, ge=2, description="the limit as a multiple of the run's median step time")
+    startup_min: float = Field(30.0, gt=0, description="the limit before an attempt's first step: model loading, the first rollout")
+    retries: int = Field(2, ge=0, le=1000, description="requeues after a stall before the run fails")
+
+
 class MonitorSpec(Strict):
     """Alert rules evaluated inside the job after every step; alerts go to the run folder's
-    alerts.jsonl, a `stop` ends the run at that step boundary with its checkpoint kept."""
+    alerts.jsonl, a `stop` ends the run at that step boundary with its checkpoint kept. `stall`: the
+    watchdog beside the job that requeues it when it stops making progress."""
 
     mismatch_growth: MismatchGrowthRule = MismatchGrowthRule()
     pcc_drop: PccDropRule = PccDropRule()
     entropy_collapse: EntropyCollapseRule = EntropyCollapseRule()
     reward_collapse: RewardCollapseRule = RewardCollapseRule()
     nonfinite: NonFiniteRule = NonFiniteRule()
+    stall: StallRule = StallRule()

@@ -23,6 +23,8 @@ GIT_SHA_TAG = "cancelctl.git_sha"
 VERSION_TAG_PREFIX = "cancelctl.version."
 STOPPED_BY_TAG = "cancelctl.stopped_by"  # the monitor rule that stopped the run (cancelctl.jobs.monitor)
 STOPPED_AT_STEP_TAG = "cancelctl.stopped_at_step"
+STALLS_TAG = "cancelctl.stalls"  # attempts the stall watchdog ended (cancelctl.jobs.watchdog)
+LAST_STALL_TAG = "cancelctl.last_stall"  # the latest one, as a sentence naming its stacks
 HARDWARE_TAG_PREFIX = "cancelctl.hardware."  # + each of HARDWARE_FIELDS, set by the job (cancelctl.jobs.hardware)
 HARDWARE_FIELDS = ("host", "cpu", "cpu_kernels", "gpu", "torch", "cuda", "driver", "threads")
 HARDWARE_COLUMNS = {field: "hardware_" + field for field in HARDWARE_FIELDS}  # collect's runs frame
@@ -62,6 +64,12 @@ def hardware_tags(hardware: dict[str, str]) -> dict[str, str]:
 def stopped_tags(rule: str, step: int) -> dict[str, str]:
     """The tags of a run a monitor rule stopped (set by the job when it ends)."""
     return {STOPPED_BY_TAG: rule, STOPPED_AT_STEP_TAG: str(step)}
+
+
+def stall_tags(stalls: list[dict], sentence) -> dict[str, str]:
+    """The tags of a run the stall watchdog ended at least once (`stalls`: their attempts.jsonl lines;
+    `sentence`: watchdog.stall_sentence), set by the next attempt or when its failure is settled."""
+    return {STALLS_TAG: str(len(stalls)), LAST_STALL_TAG: sentence(stalls[-1])} if stalls else {}
 
 
 def tracking_target(run: RunSpec, workdir: Path) -> tuple[str, str]:

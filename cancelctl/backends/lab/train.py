@@ -44,6 +44,7 @@ from cancelctl.backends.lab.rollout import InferenceEngine, RolloutBatch, genera
 from cancelctl.backends.lab.task import VOCAB, ArithmeticTask
 from cancelctl.backends.step_costs import step_pause
 from cancelctl.jobs import preemption
+from cancelctl.jobs.heartbeat import beat
 from cancelctl.jobs.monitor import RunMonitor, lr_spike
 from cancelctl.spec.experiment import AlgorithmSpec, ExperimentSpec
 from cancelctl.spec.run import RunSpec
@@ -197,6 +198,7 @@ class LabRun:
             self.progress.step, self.progress.last_metrics = step, metrics
             if logged_through is None or step > logged_through:
                 self.logger.log(step, metrics)
+            beat(self.run_dir, step=step)  # a replayed step is progress too (the stall watchdog)
             stop = monitor.observe(step, metrics)  # alerts.jsonl; a `stop` rule writes stopped.json
             if stop is not None or step % spec.lab.checkpoint_every == 0 or last:
                 self.save()

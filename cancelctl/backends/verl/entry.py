@@ -57,6 +57,7 @@ from cancelctl.backends.verl.render import launch_blockers
 from cancelctl.installed import installed
 from cancelctl.jobs import preemption
 from cancelctl.jobs.children import stop_group
+from cancelctl.jobs.heartbeat import beat
 from cancelctl.jobs.monitor import RunMonitor
 from cancelctl.spec.run import RunSpec
 from cancelctl.tracking.runfiles import iter_metrics_lines
@@ -97,9 +98,11 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     command = [*job_command(run, run_dir, sys.executable, launch_dir_of(run_dir)), *resume_overrides(run_dir / "checkpoints", logged)]
     proc = subprocess.Popen(command, cwd=run_dir, env=env, start_new_session=True, stderr=subprocess.PIPE)
     stderr = StderrTail(proc.stderr)  # still the job's stderr; its tail names a failed worker's exception
+    written = 0
     try:
         while proc.poll() is None:
             forwarder.pump()
+            written = _beat_on_steps(run_dir, written)
             # a `stop` rule fired (the run is stopped, not failed), or the token budget is spent (completed)
             if mon.stopped is not None or budget.reached_at is not None:
                 stop_group(proc, STOP_GRACE_SECONDS, KILL_WAIT_SECONDS)
@@ -133,6 +136,18 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
             + f" (run {run.name}; log: job stderr)"
         )
     return forwarder.last
+
+
+def _beat_on_steps(run_dir: Path, written: int) -> int:
+    """A step verl wrote, forwarded or not (a requeued attempt's replayed steps are not), is progress
+    for the stall watchdog (`cancelctl.jobs.heartbeat`); returns the size of verl's metrics file now."""
+    try:
+        size = (run_dir / VERL_METRICS).stat().st_size
+    except OSError:
+        return written
+    if size > written:
+        beat(run_dir)  # a step (verl's own file holds nothing else)
+    return size
 
 
 class StderrTail:
