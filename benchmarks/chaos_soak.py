@@ -1,9 +1,11 @@
 """A chaos soak on a real SLURM cluster: a sweep of small lab runs while a fault injector, on a seeded
 schedule, restarts slurmctld, stops slurmdbd for a while, makes sacct/squeue hang, fail or print
 garbage (a PATH shim in front of the real binaries, for cancelctl's verbs only), requeues running jobs
-(scontrol requeue, and submitit's USR2 time-limit warning) and kills them, SIGTERMs / SIGKILLs the launcher
+(scontrol requeue, and submitit's USR2 time-limit warning), kills them and freezes them (SIGSTOP: the
+stall watchdog must catch and requeue them), SIGTERMs / SIGKILLs the launcher
 mid-submit and has sbatch queue an array but lose its answer, with `status`, `watch` and `report`
-running throughout; then plain reruns until every run is done. Afterwards everything is counted from
+running throughout, and beside it one run needing three one-minute allocations (a time limit); then
+plain reruns until every run is done. Afterwards everything is counted from
 the scheduler's own history (sacct with requeued instances) and the store (MLflow, the run folders),
 not from cancelctl's view:
 
@@ -11,6 +13,7 @@ not from cancelctl's view:
     every step of every run logged exactly once (metrics.jsonl and MLflow's history: no duplicate, no gap)
     no run had two jobs alive at once (sacct start/end intervals of the tasks carrying it)
     no verb printed a traceback
+    no frozen process left alive (each stall caught), the time-limited run completed, each step once
     the final report equals an undisturbed sweep's (same file, same seeds, in-process) up to float noise
 
 Jepsen's shape: a seeded fault schedule, a history, and checks on the history alone.
@@ -48,7 +51,16 @@ LOSSES = ["grpo", "gspo", "dapo", "grpo_symclip", "dfpo", "dfpo"]
 LAB = {"d_model": 16, "n_layers": 1, "n_heads": 2, "warmstart_steps": 5, "checkpoint_every": 2, "max_operand": 5}
 STEPS = 6
 FAULT_KINDS = ("slurmctld_restart", "slurmdbd_stop", "queries_hang", "queries_fail", "queries_garbage",
-               "requeue_job", "time_limit_warning", "kill_job")
+               "requeue_job", "time_limit_warning", "kill_job", "stall_job")
+# the stall watchdog on every soak run: 30 s without a step (never reached by a lab step of ~1 s, even on
+# loaded cores), 2 min before the first; a frozen run is requeued, at most 3 times
+STALL = {"floor_min": 0.5, "startup_min": 2.0, "retries": 3}
+# beside the soak, one run across time limits: SLURM's smallest limit (1 min), 2 s a step (the test hook
+# the job inherits from sbatch's environment, counted by the plan too), on partition multi (idle during
+# the soak), so it needs at least three allocations, each ended at a step boundary and requeued
+TIME_LIMIT_STEPS = 40
+TIME_LIMIT_STEP_PAUSE_S = "2"
+STEP_PAUSE_ENV = "CANCELCTL_TEST_STEP_PAUSE_S"
 JOB_FAULTS = {  # on a running task: SLURM's requeue, submitit's USR2 before the time limit (it requeues), a kill
     "requeue_job": lambda task: ["scontrol", "requeue", task],
     "time_limit_warning": lambda task: ["scancel", "--signal=USR2", task],
@@ -140,6 +152,7 @@ class Soak:
     verb_calls: Counter = field(default_factory=Counter)
     tracebacks: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    frozen: list[tuple[int, int]] = field(default_factory=list)  # (pid, start) of each stall_job fault
 
     def cli(self, *args: str, timeout: float = 300, signal_after: tuple[float, int] | None = None,
             signal_when=None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -186,20 +199,65 @@ def inject(soak: Soak, window_s: float) -> None:
             soak.shim(kind.split("_", 1)[1])
             time.sleep(length)
             soak.shim(None)
-        elif kind in JOB_FAULTS:
+        elif kind in JOB_FAULTS or kind == "stall_job":
             tasks = running_tasks(soak.sweep)
             if not tasks:  # nothing running now: tried again later, not counted
                 order.append(kind)
                 time.sleep(1.0)
                 continue
             task = soak.rng.choice(tasks)
-            command = JOB_FAULTS[kind](task)
-            if not _quiet([_real(command[0]), *command[1:]]):  # the task ended in between: tried again later
+            if kind == "stall_job":
+                frozen = freeze_task(soak.workdir, soak.sweep, task)
+                done = frozen is not None
+                if done:
+                    soak.frozen.append(frozen)
+            else:
+                command = JOB_FAULTS[kind](task)
+                done = _quiet([_real(command[0]), *command[1:]])
+            if not done:  # the task ended (or has not started its training) in between: tried again later
                 order.append(kind)
                 time.sleep(1.0)
                 continue
         soak.faults[kind] += 1
         time.sleep(soak.rng.uniform(0.01, 0.04) * window_s)
+
+
+def freeze_task(workdir: Path, sweep: str, task: str) -> tuple[int, int] | None:
+    """SIGSTOP the training process of SLURM task `task` (the process its run folder's job.json names, as
+    a deadlocked run would stay: alive, silent); (pid, start) or None when no live attempt of it is there."""
+    from cancelctl.jobs.outcome import same_process_alive
+
+    for record in workdir.glob(f"sweeps/{sweep}/runs/*/job.json"):
+        try:
+            job = json.loads(record.read_text())
+        except (OSError, ValueError):  # being rewritten by a new attempt
+            continue
+        if job.get("job_id") == task and same_process_alive(job.get("pid"), job.get("start")):
+            os.kill(job["pid"], signal.SIGSTOP)
+            return job["pid"], job["start"]
+    return None
+
+
+def frozen_left(frozen: list[tuple[int, int]]) -> int:
+    """Frozen processes still alive (a stall the watchdog missed); killed, so the soak leaves nothing."""
+    from cancelctl.jobs.outcome import same_process_alive
+
+    left = [pid for pid, start in frozen if same_process_alive(pid, start)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return len(left)
+
+
+def stalls_recorded(workdir: Path, sweep: str) -> int:
+    """Attempts the stall watchdog ended (`stalled` in attempts.jsonl), over the sweep's run folders."""
+    count = 0
+    for attempts in workdir.glob(f"sweeps/{sweep}/runs/*/attempts.jsonl"):
+        for line in attempts.read_text().splitlines():
+            try:
+                count += json.loads(line).get("outcome") == "stalled"
+            except ValueError:
+                continue
+    return count
 
 
 def observe(soak: Soak) -> None:
@@ -230,12 +288,35 @@ def write_sweep(folder: Path, name: str, runs: int) -> Path:
         "name": name,
         "base": {"backend": "lab", "executor": "slurm", "lab": LAB, "rollout": {"G": 2},
                  "budget": {"steps": STEPS, "prompts_per_step": 4}, "eval": {"every": 2, "k": 1, "prompts": 4},
-                 "algorithm": {"lr": 1.0e-3}, "cluster": {"time_min": 20, "cpus_per_task": 1}},
+                 "algorithm": {"lr": 1.0e-3}, "cluster": {"time_min": 20, "cpus_per_task": 1},
+                 "monitor": {"stall": STALL}},
         "arms": arms, "seeds": seeds, "baseline": "grpo-0",
     }
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
+
+
+def write_time_limit_sweep(folder: Path, name: str) -> Path:
+    spec = {
+        "name": name,
+        "base": {"backend": "lab", "executor": "slurm", "lab": {**LAB, "checkpoint_every": 4}, "rollout": {"G": 2},
+                 "budget": {"steps": TIME_LIMIT_STEPS, "prompts_per_step": 4}, "eval": {"every": 10, "k": 1, "prompts": 4},
+                 "algorithm": {"lr": 1.0e-3}, "cluster": {"time_min": 1, "cpus_per_task": 1, "partition": "multi"}},
+        "arms": {"grpo": {"algorithm": {"loss": "grpo"}}}, "seeds": [0],
+    }
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def time_limit_figures(workdir: Path, sweep: str, status: list[dict]) -> dict:
+    """The run across time limits: its state, how each allocation ended, its plan's count."""
+    (state,) = [s["state"] for s in status] or ["missing"]
+    ends: list[str] = []
+    for attempts in workdir.glob(f"sweeps/{sweep}/runs/*/attempts.jsonl"):
+        ends = [a.get("outcome") for line in attempts.read_text().splitlines() if (a := json.loads(line)).get("event") == "end"]
+    return {"state": state, "allocations": len(ends), "ends": ends}
 
 
 def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: float) -> dict:
@@ -262,6 +343,12 @@ def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: floa
     observer.start()
     injector = threading.Thread(target=inject, args=(soak, window_s), daemon=True)
     injector.start()
+    # the run across time limits, beside the soak from its start (its own sweep: the faults target the soak's)
+    time_limited = f"{name}-time-limit"
+    submitted = soak.cli("sweep", str(write_time_limit_sweep(folder, time_limited)), "-w", str(workdir), "--no-wait",
+                         env={**env, "PATH": os.environ["PATH"], STEP_PAUSE_ENV: TIME_LIMIT_STEP_PAUSE_S})
+    if submitted.returncode != 0:
+        raise RuntimeError(f"the time-limit sweep was not submitted: {submitted.stdout[-1500:]}{submitted.stderr[-1500:]}")
     # the launcher killed mid-submit: SIGTERM once, SIGKILL once (sbatch paused so the kill lands between arrays)
     slow = {**env, "CANCELCTL_FAULT_PAUSE_BEFORE_SBATCH": "0.75"}
     manifest = workdir / "sweeps" / name / "manifest.json"
@@ -286,7 +373,8 @@ def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: floa
     while time.monotonic() < deadline:
         states = json.loads(soak.cli("status", name, "-w", str(workdir), "--json").stdout or "[]")
         counts = Counter(s["state"] for s in states)
-        if counts.get("completed", 0) == planned:
+        time_limit_status = json.loads(soak.cli("status", time_limited, "-w", str(workdir), "--json").stdout or "[]")
+        if counts.get("completed", 0) == planned and not any(s["active"] for s in time_limit_status):
             break
         if not any(s["state"] in ("queued", "pending", "running") for s in states):
             rounds += 1
@@ -295,6 +383,7 @@ def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: floa
     phases["reruns until done"] = time.time() - started
     soak.stop.set()
     observer.join(timeout=150)
+    stalls = {"frozen": len(soak.frozen), "left_frozen": frozen_left(soak.frozen), "recorded": stalls_recorded(workdir, name)}
     # README's step after a --no-wait sweep: points a run could not hand the store (busy past its wait)
     # are in its metrics.jsonl; sync uploads them
     synced = soak.cli("sync", "-w", str(workdir))
@@ -318,6 +407,10 @@ def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: floa
         "submissions_whose_answer_was_lost": lost_answers(manifest),
         "points_uploaded_by_sync": int(uploaded.group(1)) if uploaded else None,
         **logged_steps(workdir, name),
+        "stalls": stalls,
+        "time_limit_run": {**time_limit_figures(
+                               workdir, time_limited, json.loads(soak.cli("status", time_limited, "-w", str(workdir), "--json").stdout or "[]")),
+                           **{f"{k}_of_it": v for k, v in logged_steps(workdir, time_limited, TIME_LIMIT_STEPS).items()}},
         "overlapping_attempts": overlapping(history),
         "report_differences": compare_reports(folder / "report-soaked", folder / "report-reference"),
         "report_ok": soaked.returncode == 0 and "run" in undisturbed and undisturbed["run"].returncode == 0,
@@ -386,7 +479,7 @@ def overlapping(history: list[dict]) -> list[str]:
     return found
 
 
-def logged_steps(workdir: Path, sweep: str) -> dict:
+def logged_steps(workdir: Path, sweep: str, steps: int = STEPS) -> dict:
     """Each run's steps in metrics.jsonl and in MLflow's history of one training key: every step once."""
     from mlflow import MlflowClient
 
@@ -399,12 +492,12 @@ def logged_steps(workdir: Path, sweep: str) -> dict:
         steps = [json.loads(line)["step"] for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
         counts = Counter(steps)
         duplicates += sum(n - 1 for n in counts.values())
-        gaps += len(set(range(STEPS + 1)) - set(counts))
+        gaps += len(set(range(steps + 1)) - set(counts))
         run_id = json.loads(record.read_text()).get("mlflow_run_id")
         if run_id:
             history = Counter(m.step for m in client.get_metric_history(run_id, "critic/score/mean"))
             duplicates += sum(n - 1 for n in history.values())
-            gaps += len(set(range(1, STEPS + 1)) - set(history))
+            gaps += len(set(range(1, steps + 1)) - set(history))
         checked += 1
     return {"runs_checked": checked, "duplicate_points": duplicates, "lost_points": gaps}
 
@@ -465,9 +558,12 @@ def main() -> int:
     print(text)
     if args.json:
         args.json.write_text(text)
+    time_limited = figures["time_limit_run"]
     ok = (figures["runs_completed"] == figures["runs_planned"] and not figures["duplicate_points"]
           and not figures["lost_points"] and not figures["overlapping_attempts"] and not figures["tracebacks"]
-          and not figures["report_differences"] and figures["report_ok"])
+          and not figures["report_differences"] and figures["report_ok"] and not figures["stalls"]["left_frozen"]
+          and time_limited["state"] == "completed" and not time_limited["duplicate_points_of_it"]
+          and not time_limited["lost_points_of_it"])
     print("soak: " + ("every check holds" if ok else "CHECKS FAILED"))
     return 0 if ok else 1
 

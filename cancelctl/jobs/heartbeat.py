@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 
 HEARTBEAT = "heartbeat"
+# the run folder, for processes of a job that do not know it (verl's trainer in its Ray actor)
+HEARTBEAT_DIR_ENV = "CANCELCTL_HEARTBEAT_DIR"
 
 
 def beat(run_dir: Path, *, step: int | None = None, phase: str | None = None) -> None:
@@ -28,6 +30,14 @@ def beat(run_dir: Path, *, step: int | None = None, phase: str | None = None) ->
             handle.write(json.dumps(record))
     except OSError:
         pass
+
+
+def beat_phase(phase: str) -> None:
+    """A part of a step finished, said from a process that finds its run folder in the environment
+    (HEARTBEAT_DIR_ENV); nothing where it is not set (verl run by hand)."""
+    run_dir = os.environ.get(HEARTBEAT_DIR_ENV)
+    if run_dir:
+        beat(Path(run_dir), phase=phase)
 
 
 def read_beat(run_dir: Path) -> tuple[tuple[int, int] | None, dict]:

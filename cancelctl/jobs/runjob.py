@@ -123,6 +123,7 @@ def run_in_folder(run_dir: Path, *, token: str = "", threads: int | None = None,
 
 def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: Any, fence: int = 0) -> dict[str, float]:
     from cancelctl.jobs import preemption
+    from cancelctl.jobs.stall_close import tag_stalls
     from cancelctl.jobs.watchdog import watching
     from cancelctl.jobs.deadline import for_this_job
     from cancelctl.spec.run import RunSpec
@@ -145,7 +146,7 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
     archive_stop(run_dir)  # so is an earlier attempt's monitor stop (a run resumed with --retry-stopped)
     logger = RunLogger(run_dir, run_store_uri(record, run_dir), record.get("mlflow_run_id"))
     logger.set_tags(hardware_tags(hardware))  # the latest attempt's; attempts.jsonl keeps each one's
-    _tag_stalls(logger, run_dir)
+    tag_stalls(logger, run_dir)
     try:
         train = backend_train(run.spec.backend)
         if allocation is not None:
@@ -228,18 +229,6 @@ def _tag_stopped(logger: Any, run_dir: Path, stop: Any) -> None:
 
     logger.set_tags(stopped_tags(stop.rule, stop.step))
     logger.log_artifact(RunFolder(run_dir).alerts)
-
-
-def _tag_stalls(logger: Any, run_dir: Path) -> None:
-    """Earlier attempts the stall watchdog ended: counted on the MLflow run, the latest one's stacks kept."""
-    from cancelctl.jobs.outcome import stalls
-    from cancelctl.jobs.watchdog import stall_sentence
-    from cancelctl.tracking.tags import stall_tags
-
-    ended = stalls(run_dir)
-    if ended:
-        logger.set_tags(stall_tags(ended, stall_sentence))
-        logger.log_artifact(run_dir / ended[-1]["stacks"])
 
 
 class StaleSubmission(RuntimeError):

@@ -17,7 +17,8 @@ stalled. Then, in this order:
        of the stall;
     3. the run is requeued: on SLURM `scontrol requeue <job>` (before the kill: the job's end would end
        this process too), on the local executor queued again in its sweep's manifest for the driver;
-    4. every process of the job is SIGKILLed (not its process group: a local run shares its driver's).
+    4. every process of the job is SIGKILLed (not its process group: a local run shares its driver's);
+       a run failed of its stall then has its MLflow run tagged and closed FAILED (`close_failed_run`).
 
 Only the attempt that started it is watched: the watchdog leaves when that process exits (a pidfd),
 when a newer attempt claims the run folder's fence, or when the job ends it (SIGTERM). It never writes
@@ -56,6 +57,8 @@ STEP_TAIL_BYTES = 65536  # the median step time over the steps in metrics.jsonl'
 PY_SPY_TIMEOUT_S = 20.0
 FAULTHANDLER_WAIT_S = 2.0
 MIN_POLL_S, MAX_POLL_S = 0.2, 10.0
+CLOSE_TIMEOUT_S = 60.0  # the MLflow end of a run failed of its stall
+CLOSE_LOG = "mlflow-close.log"
 
 
 @dataclass(frozen=True)
@@ -335,7 +338,23 @@ def end_stalled(watched: Watched, progress: Progress, idle_s: float, limit_s: fl
         (run_dir / "error.txt").write_text(
             error_first_line("FAILED", watched.job_id, f"{stall_sentence(record)}; not requeued: {failure}"), encoding="utf-8")
     kill(processes)
+    if failure is not None and watched.executor != "slurm":
+        close_failed_run(run_dir)
     return record
+
+
+def close_failed_run(run_dir: Path) -> None:
+    """The MLflow run of a run failed of its stall: tagged and closed FAILED (`cancelctl.jobs.stall_close`,
+    another process: it imports MLflow), once the frozen process is dead (it may have frozen holding the
+    run folder's tracking lock). On SLURM the job's end takes this process with it: there the next
+    `status`, `watch` or `sync` settles the MLflow run from the run folder (`launch.control.settle_tracking`,
+    stalls tagged too). Bounded: a busy store must not keep this process alive."""
+    try:
+        with open(run_dir / STALLS_DIR / CLOSE_LOG, "ab") as log:  # why it did not, if it did not
+            subprocess.run([sys.executable, "-m", "cancelctl.jobs.stall_close", str(run_dir)], stdin=subprocess.DEVNULL,
+                           stdout=log, stderr=log, timeout=CLOSE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def wait_exit(pidfd: int | None, timeout_s: float) -> None:

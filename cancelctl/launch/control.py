@@ -243,6 +243,7 @@ def settle_tracking(states: list[RunState]) -> None:
 
 
 def _settle_run(state: RunState, folder: RunFolder, unreachable: dict[str, str | None]) -> None:
+    from cancelctl.jobs.stall_close import tag_stalls
     from cancelctl.tracking import RunLogger, SyncState
     from cancelctl.tracking.runfiles import run_store_uri
     from cancelctl.tracking.uri import normalize_tracking_uri, probe_store
@@ -267,6 +268,7 @@ def _settle_run(state: RunState, folder: RunFolder, unreachable: dict[str, str |
         return
     try:
         logger = RunLogger(folder.path, record["tracking_uri"], record.get("mlflow_run_id"), mark_running=False)
+        tag_stalls(logger, folder.path)  # a run failed of a stall: its watchdog could not close it (SLURM)
         logger.close(status)
     except Exception as exc:  # noqa: BLE001 - tracking trouble must not hide the sweep's outcome
         log.warning("run %s: could not mark its MLflow run %s (%s)", state.run_id, status, exc)

@@ -90,3 +90,33 @@ def test_the_stacks_of_a_frozen_process_are_read_and_what_proc_says_of_it(tmp_pa
     text = (tmp_path / "stacks.txt").read_text()
     assert text.startswith("header\n") and f"=== process {job_tree.pid}:" in text and "T (stopped)" in text
     assert "<module> (<string>:1)" in text  # py-spy's dump of the frozen interpreter
+
+
+def test_a_phase_said_from_a_process_that_knows_only_the_environment_beats_the_run_folder(tmp_path, monkeypatch):
+    from cancelctl.jobs.heartbeat import HEARTBEAT_DIR_ENV, beat_phase, read_beat
+
+    monkeypatch.delenv(HEARTBEAT_DIR_ENV, raising=False)
+    beat_phase("rollout")  # verl run by hand: nowhere to say it, nothing raised
+    assert read_beat(tmp_path) == (None, {})
+    monkeypatch.setenv(HEARTBEAT_DIR_ENV, str(tmp_path))
+    beat_phase("rollout")
+    stamp, said = read_beat(tmp_path)
+    assert stamp is not None and said == {"phase": "rollout"}
+
+
+def test_verls_steps_and_the_cpu_rollouts_weight_syncs_are_progress_an_earlier_attempts_syncs_are_not(tmp_path):
+    pytest.importorskip("verl")
+    from cancelctl.backends.verl.command import ROLLOUT_WEIGHTS, VERL_METRICS
+    from cancelctl.backends.verl.entry import _beat_on_steps, _size
+    from cancelctl.jobs.heartbeat import read_beat
+
+    (tmp_path / ROLLOUT_WEIGHTS).write_text('{"version": 1}\n')  # the attempt before this one's
+    written = _beat_on_steps(tmp_path, (0, _size(tmp_path / ROLLOUT_WEIGHTS)))
+    assert read_beat(tmp_path) == (None, {})
+    with open(tmp_path / ROLLOUT_WEIGHTS, "a") as handle:
+        handle.write('{"version": 1}\n')  # this attempt's first sync
+    written = _beat_on_steps(tmp_path, written)
+    assert read_beat(tmp_path)[1] == {"phase": "weight sync"}
+    (tmp_path / VERL_METRICS).write_text('{"step": 1, "data": {}}\n')
+    _beat_on_steps(tmp_path, written)
+    assert read_beat(tmp_path)[1] == {"step": None}

@@ -102,3 +102,15 @@ def test_a_run_stalled_with_no_retries_left_fails_naming_the_stall(tmp_path, wor
     assert not stall["requeue"]
     assert [s.state for s in states] == ["failed"] and "stalled at step" in states[0].reason, states[0].reason
     assert "retries used up (0)" in states[0].reason and json.loads((run_dir / "job.json").read_text())["pid"] == pid
+    # MLflow says it too: the run closed FAILED (the frozen process could not), its stall counted, stacks kept
+    from mlflow import MlflowClient
+
+    from cancelctl.tracking import default_tracking_uri
+    from cancelctl.tracking.tags import LAST_STALL_TAG, STALLS_TAG
+
+    client = MlflowClient(default_tracking_uri(workdir))
+    mlflow_id = json.loads((run_dir / "run.json").read_text())["mlflow_run_id"]
+    mlflow_run = wait_until(lambda: (r := client.get_run(mlflow_id)).info.status == "FAILED" and r, 90,
+                            "the MLflow run closed FAILED")  # by the watchdog, once the frozen process is dead
+    assert mlflow_run.data.tags[STALLS_TAG] == "1" and "stalled at step" in mlflow_run.data.tags[LAST_STALL_TAG]
+    assert stall["stacks"].split("/")[-1] in [a.path for a in client.list_artifacts(mlflow_run.info.run_id)]

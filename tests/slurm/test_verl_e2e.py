@@ -11,9 +11,10 @@ torch and transformers) and ~4 GiB, and CI has two cores, so every scenario shar
 that can show it, and both sweeps are submitted at once when the module starts:
 - one sweep: grpo, the run a monitor `stop` rule ends after two steps; a run whose reward raises; and
   reward_balanced under a rare 0/1 reward (its sampler must generate more than one round a step and
-  discard groups), also the run `scontrol requeue` interrupts (cancelctl's sampler resumes with verl's
-  checkpoint). It starts last (array order, two at a time), so it is still training when the test,
-  after the two-node one, requeues it. Plain GSPO and DFPO (min_replace, whole groups) run through
+  discard groups), also the run whose verl child the test freezes (SIGSTOP of verl's TaskRunner, where
+  verl's training loop runs): the stall watchdog saves its stacks, `scontrol requeue`s it and cancelctl's
+  sampler resumes with verl's checkpoint. It starts last (array order, two at a time), so it is still
+  training when the test, after the two-node one, freezes it. Plain GSPO and DFPO (min_replace, whole groups) run through
   verl in README's first verl sweep (tests/test_readme.py, which checks DFPO's whole groups) and the
   plain-verl DFPO command (tests/backends/verl/test_verl_cpu_main_ppo.py);
 - one two-node run (the Ray head and worker cancelctl starts over the allocation), GSPO with δ
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -37,6 +39,7 @@ import pytest
 import yaml
 from polling import wait_until
 from slurm_gate import MULTI_PARTITION, cluster_problem, multi_node_problem
+from stall_runs import stall_to_requeue_s
 
 from cancelctl.jobs.outcome import read_attempts, read_error
 from cancelctl.launch import cancel_sweep, sweep_status
@@ -118,7 +121,9 @@ def tiny(tmp_path_factory):
     return made, rare, bad
 
 
-# checkpoints every 2 steps; requeued once step 3 is logged. On 2 loaded cores the requeue can land a
+# 90 s without a step or a weight sync: a step of this run beside two others on 2 loaded cores is well under it
+STALL_AFTER_MIN = 1.5
+# checkpoints every 2 steps; frozen (then requeued by the watchdog) once step 3 is logged. On 2 loaded cores the requeue can land a
 # few steps later (CI saw it after step 5 of 5): 8 steps leave room for verl to resume mid-run.
 REQUEUED_STEPS = 8
 REQUEUED = "reward-balanced"
@@ -146,6 +151,7 @@ def launched(tmp_path_factory, tiny, template_db):
             "batching": {"strategy": "reward_balanced", "min_frac": 0.25},
             "data": {"reward_function": f"{rare}:compute_score"},
             "budget": {"steps": REQUEUED_STEPS, "checkpoint_every": 2},
+            "monitor": {"stall": {"after_min": STALL_AFTER_MIN, "retries": 1}},
         },
     })
     # cancelled once two steps are logged; the cap only bounds a run the test failed to cancel
@@ -202,6 +208,18 @@ def job_processes(job_id: str) -> list[int]:
             except OSError:
                 continue
     return pids
+
+
+def task_runner(job_id: str) -> int | None:
+    """pid of verl's TaskRunner actor in SLURM task `job_id` (Ray titles it `ray::TaskRunner...`): where
+    main_ppo's training loop runs, so freezing it stops the run without killing anything."""
+    for pid in job_processes(job_id):
+        try:
+            if (Path("/proc") / str(pid) / "cmdline").read_bytes().startswith(b"ray::TaskRunner"):
+                return pid
+        except OSError:
+            continue
+    return None
 
 
 def states(workdir: Path, sweep: str) -> dict[str, object]:
@@ -297,14 +315,18 @@ def test_a_verl_sweep_trains_on_real_main_ppo_under_slurm_requeues_stops_and_rep
     t0 = time.monotonic()
     dirs = wait_until(lambda: (d := run_dirs(workdir, sweep)) and len(d) == 3 and d, 120, "the run folders")
 
-    # requeue: `scontrol requeue` of reward-balanced once step 3 is logged (after verl's checkpoint of step 2)
-    def three_steps_requeued():
+    # a stall: reward-balanced's TaskRunner (verl's training loop) frozen once step 3 is logged (after
+    # verl's checkpoint of step 2); the watchdog must catch it, save the stacks and requeue the job
+    def three_steps_logged():
         run = states(workdir, sweep)[REQUEUED]
         assert run.active or run.state == "completed", run.reason  # a failed run fails the test now
         return len(logged_steps(dirs[REQUEUED])) >= 3
 
-    wait_until(three_steps_requeued, 900, f"3 steps of {REQUEUED}")
-    subprocess.run(["scontrol", "requeue", states(workdir, sweep)[REQUEUED].job_id], check=True, capture_output=True, timeout=30)
+    wait_until(three_steps_logged, 900, f"3 steps of {REQUEUED}")
+    job_id = states(workdir, sweep)[REQUEUED].job_id
+    runner = wait_until(lambda: task_runner(job_id), 60, f"verl's TaskRunner in job {job_id}")
+    os.kill(runner, signal.SIGSTOP)
+    frozen_at = time.time()
 
     ended = (*TRAINING_ARMS, "bad-reward")
     final = wait_until(lambda: (now := states(workdir, sweep)) and all(not now[a].active for a in ended) and now,
@@ -344,6 +366,12 @@ def test_a_verl_sweep_trains_on_real_main_ppo_under_slurm_requeues_stops_and_rep
     # weight versions go on from there — and cancelctl's reward-balanced sampler with it: the
     # discarded count goes on from the checkpoint (never restarts at 0); MLflow holds steps 1..8
     # once each (asserted above)
+    (stall,) = [a for a in read_attempts(dirs[REQUEUED]) if a.get("outcome") == "stalled"]
+    caught_s = stall["ts"] - frozen_at
+    assert stall["requeue"] and caught_s <= 60 * STALL_AFTER_MIN + 30, (caught_s, stall)  # a poll and the dump
+    stacks = (dirs[REQUEUED] / stall["stacks"]).read_text()
+    assert f"=== process {runner}:" in stacks, stacks[:2000]  # the frozen TaskRunner's stack (py-spy) or /proc
+    assert final[REQUEUED].stalls == 1
     second_attempt = [json.loads(line)["step"] for line in (dirs[REQUEUED] / "verl_metrics.jsonl").open()]
     assert min(second_attempt) > 1, second_attempt
     assert [a["event"] for a in read_attempts(dirs[REQUEUED])].count("start") == 2
@@ -381,4 +409,7 @@ def test_a_verl_sweep_trains_on_real_main_ppo_under_slurm_requeues_stops_and_rep
     mechanism = (report_dir / "report.md").read_text()
     for key in ("mismatch/rho_std", "hacking/J", "dfpo/weight_dispersion"):
         assert key in mechanism, key
-    print(f"verl e2e sweep: 3 runs (one requeued, one stopped, one failed), every run ended in {took:.0f} s")
+    (requeue_s,) = stall_to_requeue_s(dirs[REQUEUED])
+    print(f"verl e2e sweep: 3 runs (one stalled and requeued, one stopped, one failed), every run ended in {took:.0f} s; "
+          f"verl's TaskRunner frozen after step 3, caught after {caught_s:.1f} s (limit {60 * STALL_AFTER_MIN:.0f} s), "
+          f"stall -> requeued attempt started: {requeue_s:.1f} s")

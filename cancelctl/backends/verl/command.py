@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from cancelctl.backends.verl import render
+from cancelctl.jobs.heartbeat import HEARTBEAT_DIR_ENV
 from cancelctl.backends.verl.data_files import absolute
 from cancelctl.backends.verl.render import config_name, render_override_set
 from cancelctl.spec.run import RunSpec
@@ -53,9 +54,10 @@ def job_overrides(run: RunSpec, run_dir: Path, launch_dir: Path | None = None) -
 
 
 def run_files_env(run: RunSpec, run_dir: Path) -> dict[str, str]:
-    """Where verl's processes write into the run folder: the metrics file logger, and on CPU the
-    rollout's weight-sync record (one line per update: version = step + 1 when weights follow)."""
-    env = {"VERL_FILE_LOGGER_PATH": str(run_dir / VERL_METRICS)}
+    """Where verl's processes write into the run folder: the metrics file logger, the heartbeat (phases
+    cancelctl's trainer finishes, for the stall watchdog), and on CPU the rollout's weight-sync record
+    (one line per update: version = step + 1 when weights follow)."""
+    env = {"VERL_FILE_LOGGER_PATH": str(run_dir / VERL_METRICS), HEARTBEAT_DIR_ENV: str(run_dir)}
     if run.spec.cluster.device == "cpu":
         from cancelctl.backends.verl.cpu import WEIGHT_LOG_ENV
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl.backends.verl import render
-from cancelctl.backends.verl.command import VERL_METRICS, job_command, launch_dir_of, resume_overrides, run_files_env
+from cancelctl.backends.verl.command import ROLLOUT_WEIGHTS, VERL_METRICS, job_command, launch_dir_of, resume_overrides, run_files_env
 from cancelctl.backends.verl.compute import ComputeAccount
 from cancelctl.backends.verl.forward import (
     MetricsForwarder,
@@ -98,7 +98,7 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     command = [*job_command(run, run_dir, sys.executable, launch_dir_of(run_dir)), *resume_overrides(run_dir / "checkpoints", logged)]
     proc = subprocess.Popen(command, cwd=run_dir, env=env, start_new_session=True, stderr=subprocess.PIPE)
     stderr = StderrTail(proc.stderr)  # still the job's stderr; its tail names a failed worker's exception
-    written = 0
+    written = (0, _size(run_dir / ROLLOUT_WEIGHTS))  # an earlier attempt's syncs are no progress of this one
     try:
         while proc.poll() is None:
             forwarder.pump()
@@ -138,16 +138,24 @@ def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = Non
     return forwarder.last
 
 
-def _beat_on_steps(run_dir: Path, written: int) -> int:
+def _beat_on_steps(run_dir: Path, written: tuple[int, int]) -> tuple[int, int]:
     """A step verl wrote, forwarded or not (a requeued attempt's replayed steps are not), is progress
-    for the stall watchdog (`cancelctl.jobs.heartbeat`); returns the size of verl's metrics file now."""
-    try:
-        size = (run_dir / VERL_METRICS).stat().st_size
-    except OSError:
-        return written
-    if size > written:
+    for the stall watchdog (`cancelctl.jobs.heartbeat`), and so is a weight sync the CPU rollout
+    recorded (a phase: the update ended); returns the sizes of both files now. Phases inside a step come
+    from cancelctl's trainer (trainer.py) where the run uses it."""
+    steps, syncs = (_size(run_dir / VERL_METRICS), _size(run_dir / ROLLOUT_WEIGHTS))
+    if steps > written[0]:
         beat(run_dir)  # a step (verl's own file holds nothing else)
-    return size
+    elif syncs > written[1]:
+        beat(run_dir, phase="weight sync")
+    return steps, syncs
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 class StderrTail:

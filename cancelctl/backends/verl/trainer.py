@@ -47,6 +47,8 @@ from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.seqlen_balancing import calculate_workload, get_seqlen_balanced_partitions, log_seqlen_unbalance
 
+from cancelctl.jobs.heartbeat import beat_phase
+
 logger = logging.getLogger(__name__)
 
 TRAINER_NAME = "cancelctl"
@@ -215,7 +217,28 @@ class CancelctlTrainer(PPOTrainerSync):
     def _rows_per_minibatch(self) -> int:
         return self.config.actor_rollout_ref.actor.ppo_mini_batch_size * self.config.actor_rollout_ref.rollout.n
 
+    # ------------------------------------------------------------------ progress
+
+    # A step's phases, each one a beat for the stall watchdog (cancelctl.jobs.heartbeat): a step that
+    # takes many minutes (long rollouts) still shows progress between its logged ends.
+    def _validate(self):
+        metrics = super()._validate()
+        beat_phase("validation")
+        return metrics
+
+    def _save_checkpoint(self):
+        super()._save_checkpoint()
+        beat_phase("checkpoint")
+
+    def _compute_old_log_prob(self, batch, metrics):
+        batch = super()._compute_old_log_prob(batch, metrics)
+        beat_phase("old log-probs")
+        return batch
+
+    # ------------------------------------------------------------------ batch order
+
     def _balance_batch(self, batch, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
+        beat_phase("rollout")  # verl balances a step's batch once its rollouts and rewards are in
         if self.batching == "default":
             return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
         from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
@@ -249,7 +272,9 @@ class CancelctlTrainer(PPOTrainerSync):
         if self.batching == "query_preserved" and self.config.actor_rollout_ref.actor.use_dynamic_bsz:
             # token-balanced micro-batches keep G consecutive rows (one group, by our order) together
             batch.extra_info["force_group_size"] = self.config.actor_rollout_ref.rollout.n
-        return super()._update_actor(batch, metrics)
+        batch = super()._update_actor(batch, metrics)
+        beat_phase("update")
+        return batch
 
 
 def order_batch(batch, batching: str, *, dp_size, rows_per_minibatch, group_size, rewards=None, logging_prefix="global_seqlen"):
