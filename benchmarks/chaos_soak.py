@@ -4,7 +4,7 @@ garbage (a PATH shim in front of the real binaries, for cancelctl's verbs only),
 (scontrol requeue, and submitit's USR2 time-limit warning), kills them and freezes them (SIGSTOP: the
 stall watchdog must catch and requeue them), SIGTERMs / SIGKILLs the launcher
 mid-submit and has sbatch queue an array but lose its answer, with `status`, `watch` and `report`
-running throughout, and beside it one run needing three one-minute allocations (a time limit); then
+running throughout, and beside it one run needing several one-minute allocations (time limits); then
 plain reruns until every run is done. Afterwards everything is counted from
 the scheduler's own history (sacct with requeued instances) and the store (MLflow, the run folders),
 not from cancelctl's view:
@@ -57,10 +57,11 @@ FAULT_KINDS = ("slurmctld_restart", "slurmdbd_stop", "queries_hang", "queries_fa
 STALL = {"floor_min": 0.5, "startup_min": 2.0, "retries": 3}
 # beside the soak, one run across time limits: SLURM's smallest limit (1 min), 2 s a step (the test hook
 # the job inherits from sbatch's environment, counted by the plan too), on partition multi (idle during
-# the soak), so it needs at least three allocations, each ended at a step boundary and requeued
+# the soak): ~80 s of steps, so at least two allocations, each ended at a step boundary and requeued
 TIME_LIMIT_STEPS = 40
 TIME_LIMIT_STEP_PAUSE_S = "2"
 STEP_PAUSE_ENV = "CANCELCTL_TEST_STEP_PAUSE_S"
+ACTIVE = ("queued", "pending", "running")  # `status --json` states of a run not ended
 JOB_FAULTS = {  # on a running task: SLURM's requeue, submitit's USR2 before the time limit (it requeues), a kill
     "requeue_job": lambda task: ["scontrol", "requeue", task],
     "time_limit_warning": lambda task: ["scancel", "--signal=USR2", task],
@@ -205,14 +206,13 @@ def inject(soak: Soak, window_s: float) -> None:
                 order.append(kind)
                 time.sleep(1.0)
                 continue
-            task = soak.rng.choice(tasks)
             if kind == "stall_job":
-                frozen = freeze_task(soak.workdir, soak.sweep, task)
+                frozen = freeze_one(soak.workdir, soak.sweep, tasks, soak.rng)
                 done = frozen is not None
                 if done:
                     soak.frozen.append(frozen)
             else:
-                command = JOB_FAULTS[kind](task)
+                command = JOB_FAULTS[kind](soak.rng.choice(tasks))
                 done = _quiet([_real(command[0]), *command[1:]])
             if not done:  # the task ended (or has not started its training) in between: tried again later
                 order.append(kind)
@@ -222,20 +222,25 @@ def inject(soak: Soak, window_s: float) -> None:
         time.sleep(soak.rng.uniform(0.01, 0.04) * window_s)
 
 
-def freeze_task(workdir: Path, sweep: str, task: str) -> tuple[int, int] | None:
-    """SIGSTOP the training process of SLURM task `task` (the process its run folder's job.json names, as
-    a deadlocked run would stay: alive, silent); (pid, start) or None when no live attempt of it is there."""
+def freeze_one(workdir: Path, sweep: str, tasks: list[str], rng: random.Random) -> tuple[int, int] | None:
+    """SIGSTOP the training process of one of the running SLURM `tasks` (the process its run folder's
+    job.json names, as a deadlocked run would stay: alive, silent); (pid, start), or None when none of them
+    has started its training process yet."""
     from cancelctl.jobs.outcome import same_process_alive
 
+    live = []
     for record in workdir.glob(f"sweeps/{sweep}/runs/*/job.json"):
         try:
             job = json.loads(record.read_text())
         except (OSError, ValueError):  # being rewritten by a new attempt
             continue
-        if job.get("job_id") == task and same_process_alive(job.get("pid"), job.get("start")):
-            os.kill(job["pid"], signal.SIGSTOP)
-            return job["pid"], job["start"]
-    return None
+        if job.get("job_id") in tasks and same_process_alive(job.get("pid"), job.get("start")):
+            live.append((job["pid"], job["start"]))
+    if not live:
+        return None
+    pid, start = rng.choice(sorted(live))
+    os.kill(pid, signal.SIGSTOP)
+    return pid, start
 
 
 def frozen_left(frozen: list[tuple[int, int]]) -> int:
@@ -344,11 +349,13 @@ def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: floa
     injector = threading.Thread(target=inject, args=(soak, window_s), daemon=True)
     injector.start()
     # the run across time limits, beside the soak from its start (its own sweep: the faults target the soak's)
-    time_limited = f"{name}-time-limit"
-    submitted = soak.cli("sweep", str(write_time_limit_sweep(folder, time_limited)), "-w", str(workdir), "--no-wait",
-                         env={**env, "PATH": os.environ["PATH"], STEP_PAUSE_ENV: TIME_LIMIT_STEP_PAUSE_S})
-    if submitted.returncode != 0:
-        raise RuntimeError(f"the time-limit sweep was not submitted: {submitted.stdout[-1500:]}{submitted.stderr[-1500:]}")
+    # (submitted meanwhile: the fault window has begun and the soak's own launches must not wait for it)
+    time_limited = f"timelimit-{seed}-{int(started) % 100000}"
+    time_limit_submit: dict[str, subprocess.CompletedProcess] = {}
+    submitter = threading.Thread(target=lambda: time_limit_submit.update(run=soak.cli(
+        "sweep", str(write_time_limit_sweep(folder, time_limited)), "-w", str(workdir), "--no-wait",
+        env={**env, "PATH": os.environ["PATH"], STEP_PAUSE_ENV: TIME_LIMIT_STEP_PAUSE_S})), daemon=True)
+    submitter.start()
     # the launcher killed mid-submit: SIGTERM once, SIGKILL once (sbatch paused so the kill lands between arrays)
     slow = {**env, "CANCELCTL_FAULT_PAUSE_BEFORE_SBATCH": "0.75"}
     manifest = workdir / "sweeps" / name / "manifest.json"
@@ -364,6 +371,10 @@ def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: floa
     set_mode(mode, None, "sbatch")
     soak.faults["sbatch_answer_lost"] += 1
     injector.join()
+    submitter.join(timeout=300)
+    submitted = time_limit_submit.get("run")
+    if submitted is None or submitted.returncode != 0:
+        raise RuntimeError(f"the time-limit sweep was not submitted: {submitted and submitted.stdout[-1500:] + submitted.stderr[-1500:]}")
     soak.shim(None)
     cluster_up()
     phases["fault window"] = time.time() - started
@@ -374,9 +385,10 @@ def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: floa
         states = json.loads(soak.cli("status", name, "-w", str(workdir), "--json").stdout or "[]")
         counts = Counter(s["state"] for s in states)
         time_limit_status = json.loads(soak.cli("status", time_limited, "-w", str(workdir), "--json").stdout or "[]")
-        if counts.get("completed", 0) == planned and not any(s["active"] for s in time_limit_status):
+        time_limit_done = time_limit_status and not any(s["state"] in ACTIVE for s in time_limit_status)
+        if counts.get("completed", 0) == planned and time_limit_done:
             break
-        if not any(s["state"] in ("queued", "pending", "running") for s in states):
+        if not any(s["state"] in ACTIVE for s in states):
             rounds += 1
             soak.cli("sweep", str(soak.sweep_file), "-w", str(workdir), "--retry-failed")
         time.sleep(2)
@@ -479,7 +491,7 @@ def overlapping(history: list[dict]) -> list[str]:
     return found
 
 
-def logged_steps(workdir: Path, sweep: str, steps: int = STEPS) -> dict:
+def logged_steps(workdir: Path, sweep: str, budget: int = STEPS) -> dict:
     """Each run's steps in metrics.jsonl and in MLflow's history of one training key: every step once."""
     from mlflow import MlflowClient
 
@@ -492,12 +504,12 @@ def logged_steps(workdir: Path, sweep: str, steps: int = STEPS) -> dict:
         steps = [json.loads(line)["step"] for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
         counts = Counter(steps)
         duplicates += sum(n - 1 for n in counts.values())
-        gaps += len(set(range(steps + 1)) - set(counts))
+        gaps += len(set(range(budget + 1)) - set(counts))
         run_id = json.loads(record.read_text()).get("mlflow_run_id")
         if run_id:
             history = Counter(m.step for m in client.get_metric_history(run_id, "critic/score/mean"))
             duplicates += sum(n - 1 for n in history.values())
-            gaps += len(set(range(1, steps + 1)) - set(history))
+            gaps += len(set(range(1, budget + 1)) - set(history))
         checked += 1
     return {"runs_checked": checked, "duplicate_points": duplicates, "lost_points": gaps}
 

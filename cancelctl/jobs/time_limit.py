@@ -107,10 +107,12 @@ def expected_allocations(run: RunSpec, cost: StepCost, time_s: int, lead_s: int)
 
 
 def max_timeouts(allocations: int) -> int:
-    """submitit's time-out count for a run expected to need `allocations`: every allocation but the last
-    times out, plus half again (estimates are rough; the count only guards against a run that never
-    progresses), never below submitit's default."""
-    return max(SUBMITIT_TIMEOUTS, allocations - 1 + max(2, math.ceil(allocations / 2)))
+    """submitit's time-out count for a run expected to need `allocations`: twice the time-outs the plan
+    expects, plus two, never below submitit's default. Estimates err fast on a busy node (start-up under
+    contention took 40 of a 60 s allocation in the chaos soak, which needed 7 allocations for a plan's 3):
+    a run still progressing must not fail of the count, and a run that stopped progressing is the stall
+    watchdog's to catch, not this count's."""
+    return max(SUBMITIT_TIMEOUTS, 2 * (allocations - 1) + 2)
 
 
 def planned_steps_or_guess(run: RunSpec) -> int:
