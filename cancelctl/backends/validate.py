@@ -8,7 +8,9 @@ verl configuration's per-GPU memory against `cluster.gpu_memory_gb`, from the mo
 (`verl.memory_check`). Layer 3 is reported as skipped when verl is not installed (CI installs it); the
 prompt count when the tokenizer is not on this machine; layer 4 with --skip-data; layer 5 when the
 config.json is not on this machine. A SLURM run's time limit that may not hold start-up, one step and
-one checkpoint is warned about with layer 2 (`jobs.time_limit`, from the backends' estimates).
+one checkpoint is warned about with layer 2 (`jobs.time_limit`, from the backends' estimates), and so is
+an arm running one of verl's built-in losses in a way that differs from the paper its name cites
+(`verl.builtin_losses`).
 
 It sits with the backends because layer 3 is a backend's own check: layers 1 and 2 are the spec
 wing's (`cancelctl.spec.expand`), which never imports a backend.
@@ -70,6 +72,7 @@ def validate_files(paths: list[Path], *, allow_unmatched: bool = False, compose_
         off = rules_off_by_arm((run.arm, run.spec.monitor) for run in sweep.runs)
         note += "".join(f"; warning: {w}" for w in claims_rule_warnings(sweep.spec.claims, off))
         note += "".join(f"; warning: {w}" for w in time_limit_warnings(sweep.runs))
+        note += "".join(f"; warning: {w}" for w in verl_builtin_loss_warnings(sweep.runs))
         results.append(FileResult(path, True, n_runs=len(sweep.runs), note=note))
         runs = [r for r in sweep.runs if r.spec.backend == "verl"]
         if runs:
@@ -103,6 +106,17 @@ def time_limit_warnings(runs) -> list[str]:
             if run.arm not in of:
                 of.append(run.arm)
     return [f"{warning} [arm {', '.join(of)}]" for warning, of in arms.items()]
+
+
+def verl_builtin_loss_warnings(runs) -> list[str]:
+    """An arm running one of verl's built-in losses where verl's defaults or its settings make it another
+    objective than the paper its name cites (`backends.verl.builtin_losses`): a warning with the setting
+    to write, not a refusal (it may be the comparison the sweep is for)."""
+    if not any(run.spec.backend == "verl" and run.spec.algorithm.verl_loss_mode for run in runs):
+        return []
+    from cancelctl.backends.verl.builtin_losses import builtin_loss_warnings
+
+    return builtin_loss_warnings(runs)
 
 
 def _check_data(results: list[FileResult], sweeps: dict, verl_runs: dict[Path, list]) -> None:

@@ -10,6 +10,11 @@ from cancelctl.stats.frames import COMPUTE_KEYS, COMPUTE_LABELS
 
 # under every table that shows a mean [95% CI] over seeds (`intervals.student_t_ci`)
 CI_NOTE = "95% CI: Student's t over seeds, mean ± t(0.975, n−1)·sd/√n"
+# under every table of scores known to lie in [0, 1] (`intervals.unit_interval_ci`)
+UNIT_CI_NOTE = (
+    "95% CI of a score in [0, 1]: Wilson's score interval with the seeds' spread, the μ with "
+    "(mean − μ)² ≤ t(0.975, n−1)²·sd²/(n·mean(1 − mean))·μ(1 − μ); ≈ Student's t away from 0 and 1, never outside [0, 1]"
+)
 
 
 def fmt_number(value: float | None, digits: int = 4) -> str:

@@ -25,6 +25,10 @@ EVAL_KEY = re.compile(r"^val-core/(?P<benchmark>.+)/acc/mean_at_(?P<k>\d+)$")
 # best@k / maj@k (a bootstrap over its n samples: best_at_<k>/mean, maj_at_<k>/mean; val-core at k = n,
 # val-aux below)
 PASS_KEY = re.compile(r"^val-(core|aux)/(?P<benchmark>.+)/acc/(?P<measure>pass|best|maj)_at_(?P<k>\d+)(/mean)?$")
+# Keys whose values are known to lie in [0, 1] (accuracies: avg@k, pass@k, best@k, maj@k): their mean over
+# seeds gets an interval that stays inside [0, 1] (`stats.intervals.unit_interval_ci`). The training
+# reward is not among them: a reward function may score outside [0, 1].
+UNIT_INTERVAL_KEYS = (EVAL_KEY, PASS_KEY)
 ENERGY_KEY = re.compile(r"^cancel/energy_b(?P<bucket>\d+)$")
 G_AXIS = "axis.rollout.G"
 MATCHED_STATES = ("FINISHED",)
@@ -141,6 +145,11 @@ class PreparedSweep:
             return column
 
         return key
+
+
+def in_unit_interval(key: str) -> bool:
+    """Whether `key` is a score known to lie in [0, 1] (`UNIT_INTERVAL_KEYS`)."""
+    return any(pattern.match(key) for pattern in UNIT_INTERVAL_KEYS)
 
 
 def eval_benchmarks(by_key: dict[str, pd.DataFrame]) -> list[tuple[str, str]]:

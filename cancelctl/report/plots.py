@@ -1,9 +1,10 @@
 """The report's plots: reward vs compute with 95% bands and each arm's fitted compute-scaling curve,
-Compute@Reward bars, mechanisms vs step.
+Compute@Reward bars, mechanisms vs step, the performance profiles of the last evaluation (rliable).
 
 matplotlib's object API (Figure, no pyplot): Agg canvas, no global backend state, thread-safe.
 Bands come from `cancelctl.stats.intervals.band_on_grid` (pointwise Student's t, the tables' interval); the bars
-read the Compute@Reward tables, the fitted curves the compute-scaling table (`cancelctl.report.scaling`).
+read the Compute@Reward tables, the fitted curves the compute-scaling table (`cancelctl.report.scaling`),
+the profiles the performance-profile table (`cancelctl.report.improvement`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ PLOT_TABLE = {
     "reward_vs_compute": "compute_scaling",
     "compute_at_reward": "compute_at_reward",
     "mechanisms_vs_step": "mechanisms",
+    "performance_profile": "improvement",
 }
 
 
@@ -181,6 +183,33 @@ def plot_compute_at_reward(sweep: PreparedSweep, report: Report, path: Path) -> 
     return _finish(fig, title, path)
 
 
+def plot_performance_profile(sweep: PreparedSweep, report: Report, path: Path) -> Path | None:
+    """Per group, each arm's fraction of runs whose last evaluation exceeds τ (a step curve) with its
+    95% bootstrap band, runs pooled over benchmarks [rliable §4.1]."""
+    table = next((t for t in report.tables if t.name == "performance_profile"), None)
+    if table is None or table.data.empty:
+        return None
+    colors = _arm_colors(sweep)
+    groups = [g for g in sweep.groups if (table.data["group"] == g).any()]
+    fig, axes = _grid_of_axes(len(groups), min(3, len(groups)), 5.0, 3.4)
+    for ax, group in zip(axes.flat, groups):
+        in_group = table.data[table.data["group"] == group]
+        for arm in sweep.arms:
+            points = in_group[in_group["arm"] == arm]
+            if points.empty:
+                continue
+            label = f"{arm} ({int(points['n_runs'].iloc[0])} runs)"
+            ax.step(points["tau"], points["fraction"], where="post", color=colors[arm], lw=1.6, label=label)
+            ax.fill_between(points["tau"], points["lo"], points["hi"], step="post", color=colors[arm], alpha=0.1, lw=0)
+        ax.set(title=group or report.sweep, xlabel="last evaluation score τ", ylabel="fraction of runs > τ",
+               ylim=(-0.03, 1.03))
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    title = "Performance profiles: fraction of runs whose last evaluation exceeds τ (95% bootstrap band over runs)"
+    return _finish(fig, title, path, axes.flat)
+
+
 def draw_plots(sweep: PreparedSweep, report: Report, plots_dir: Path) -> dict[str, Path]:
     plots_dir.mkdir(parents=True, exist_ok=True)
     drawn = {}
@@ -188,6 +217,7 @@ def draw_plots(sweep: PreparedSweep, report: Report, plots_dir: Path) -> dict[st
         ("reward_vs_compute", plot_reward_vs_compute),
         ("compute_at_reward", plot_compute_at_reward),
         ("mechanisms_vs_step", plot_mechanisms_vs_step),
+        ("performance_profile", plot_performance_profile),
     ):
         path = draw(sweep, report, plots_dir / f"{name}.png")
         if path is not None:

@@ -1,11 +1,12 @@
 """The report's tables other than the threshold ones (those: `thresholds.py`): logged compute
-matching [D §5], final scores [D Table 1], pass@k where logged [Chen et al. 2021], the held-out gain
+matching [D §5], final scores [D Table 1], pass@k where logged [Chen et al. 2021], (via
+`improvement.py`) rliable's IQM, probability of improvement and performance profiles, the held-out gain
 over training, (via `scaling.py`) the compute-scaling fits [ScaleRL], Jitter2 [D eq. 20, 21], Δ per
 group size [D Table 4] and the mechanism summary [D §6.1], and `build_tables`, which makes every
 table in report order.
 
 Each number is computed by the function of `cancelctl.stats` named after it (student_t_ci,
-paired_t_test, jitter2, slope, ratio_to_baseline); this module selects, groups and formats.
+unit_interval_ci, paired_t_test, jitter2, slope, ratio_to_baseline); this module selects, groups and formats.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import pandas as pd
 
 from cancelctl.report.formatting import (
     CI_NOTE,
+    UNIT_CI_NOTE,
     fmt_delta,
     fmt_interval,
     fmt_number,
     fmt_p,
     fmt_ratio,
 )
+from cancelctl.report.improvement import improvement_table, profile_table
 from cancelctl.report.model import (
     ENERGY_KEY,
     ENTROPY_KEY,
@@ -32,6 +35,7 @@ from cancelctl.report.model import (
     PreparedSweep,
     ReportTable,
     eval_benchmarks,
+    in_unit_interval,
     pass_at_k_keys,
 )
 from cancelctl.report.scaling import compute_scaling_tables
@@ -43,7 +47,9 @@ from cancelctl.stats import compute_match, crossing, curves, frames, hardware_ma
 from cancelctl.stats.compute_match import ComputeViolation
 
 SUMMARY_COLUMNS = ["n_seeds", "mean", "ci_lo", "ci_hi", "delta_vs_baseline", "p_value", "n_paired"]
-PAIRED_NOTE = f"{CI_NOTE}; p: two-sided paired t-test over seeds shared with the baseline."
+P_NOTE = "p: two-sided paired t-test over seeds shared with the baseline."
+PAIRED_NOTE = f"{CI_NOTE}; {P_NOTE}"
+UNIT_PAIRED_NOTE = f"{UNIT_CI_NOTE}; {P_NOTE}"  # the tables of scores in [0, 1]
 
 
 def build_tables(
@@ -59,6 +65,7 @@ def build_tables(
     """Every table of the report, in report order, each marked where groups are not compute-matched."""
     final_scores = final_score_table(sweep)
     tables = [compute_match_table(sweep, violations, token_tol), final_scores, *pass_at_k_tables(sweep)]
+    tables += [improvement_table(sweep), profile_table(sweep)]
     tables += [eval_gain_table(sweep)]
     tables += compute_at_reward_tables(sweep, metric, compute, kappa, smooth_window)
     tables += steps_to_threshold_tables(sweep, metric, kappa, smooth_window)
@@ -72,10 +79,13 @@ def build_tables(
     return tables
 
 
-def arm_summary(sweep: PreparedSweep, values: pd.DataFrame, compare: bool = True) -> pd.DataFrame:
-    """Per (group, arm): n seeds, mean with Student's t CI over seeds and, vs the baseline of the same
-    group, the paired difference and its p-value over shared seeds. `values`: group, arm, seed,
-    value; repeated runs of one seed are averaged first."""
+def arm_summary(
+    sweep: PreparedSweep, values: pd.DataFrame, compare: bool = True, unit_interval: bool = False
+) -> pd.DataFrame:
+    """Per (group, arm): n seeds, mean with Student's t CI over seeds (`unit_interval`: a score in
+    [0, 1], Wilson's score interval, which stays inside) and, vs the baseline of the same group, the
+    paired difference and its p-value over shared seeds. `values`: group, arm, seed, value; repeated
+    runs of one seed are averaged first."""
     per_seed = values.groupby(["group", "arm", "seed"])["value"].mean()
     rows = []
     for group in sweep.groups:
@@ -87,7 +97,8 @@ def arm_summary(sweep: PreparedSweep, values: pd.DataFrame, compare: bool = True
             if arm not in in_group.index.get_level_values(0):
                 continue
             seeds = in_group.loc[arm]
-            interval = intervals.student_t_ci(seeds.to_numpy())
+            ci = intervals.unit_interval_ci if unit_interval else intervals.student_t_ci
+            interval = ci(seeds.to_numpy())
             row = {"group": group, "arm": arm, "n_seeds": interval.n}
             row.update(mean=interval.mean, ci_lo=interval.lo, ci_hi=interval.hi)
             if compare:
@@ -166,15 +177,17 @@ def final_score_table(sweep: PreparedSweep) -> ReportTable:
         return ReportTable.not_logged("final_scores", title, *(key for key, _ in benchmarks))
     data = data[["group", "benchmark", "key", "arm", *SUMMARY_COLUMNS]]
     display = _benchmark_rows(sweep, data, "mean [95% CI]")
-    return ReportTable("final_scores", title, data, sweep.readable(display), [PAIRED_NOTE])
+    return ReportTable("final_scores", title, data, sweep.readable(display), [UNIT_PAIRED_NOTE])
 
 
 def last_evaluation_summary(sweep: PreparedSweep, keys: list[tuple[str, dict[str, object]]]) -> pd.DataFrame:
     """`arm_summary` of each key's last logged value per run, each key's rows with its `key` and the
-    columns given beside it; empty when no key has a value."""
+    columns given beside it; empty when no key has a value. Scores in [0, 1] (`model.in_unit_interval`)
+    get an interval inside [0, 1]."""
     parts = []
     for key, columns in keys:
-        summary = arm_summary(sweep, sweep.with_meta(frames.last_values(sweep.by_key[key])))
+        values = sweep.with_meta(frames.last_values(sweep.by_key[key]))
+        summary = arm_summary(sweep, values, unit_interval=in_unit_interval(key))
         if not summary.empty:
             parts.append(summary.assign(key=key, **columns))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
@@ -200,7 +213,7 @@ def pass_at_k_tables(sweep: PreparedSweep) -> list[ReportTable]:
     data = data[["group", "benchmark", "measure", "k", "key", "arm", *SUMMARY_COLUMNS]]
     estimate = [PASS_MEASURES[m][0].format(k=k) for m, k in zip(data["measure"], data["k"])]
     display = _benchmark_rows(sweep, data, "mean [95% CI]", estimate=estimate)
-    notes = [PASS_MEASURES[m][1] for m in PASS_MEASURES if m in set(data["measure"])] + [PAIRED_NOTE]
+    notes = [PASS_MEASURES[m][1] for m in PASS_MEASURES if m in set(data["measure"])] + [UNIT_PAIRED_NOTE]
     return [ReportTable("pass_at_k", "pass@k (last evaluation)", data, sweep.readable(display), notes)]
 
 

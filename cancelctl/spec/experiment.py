@@ -132,10 +132,22 @@ class NoiseSpec(Strict):
 
 
 DEFAULT_LR = {"verl": 1e-6, "lab": 5e-4}
+# verl 0.9.1's actor defaults (verl/trainer/config/actor/actor.yaml: loss_agg_mode, clip_ratio): what an arm
+# running one of verl's built-in losses (`verl_loss_mode`) gets where it sets neither, as plain verl would
+VERL_DEFAULT_AGG_MODE = "token-mean"
+VERL_DEFAULT_CLIP = (0.2, 0.2)
+# cancelctl's token-weight wrappers act inside its own losses (losses.compose), not verl's built-in ones
+WRAPPER_FIELDS = ("inject_delta", "inject_noise", "probe")
 
 
 class AlgorithmSpec(Strict):
     loss: LossName = "grpo"
+    verl_loss_mode: str | None = Field(
+        None,
+        description="verl backend: run verl's own built-in policy loss of this name (its registry: vanilla, gspo, "
+        "sapo, ...) instead of cancelctl's cancel_<loss>, as plain verl runs it: loss_agg_mode and the clip default "
+        "to verl's (token-mean, 0.2); validate warns where that differs from the paper the name cites",
+    )
     loss_agg_mode: AggMode | None = Field(None, description="default: per loss (gspo/dfpo seq-mean-token-mean)")
     clip_low: float = Field(0.2, ge=0, lt=1, description="default: per loss (0.2; gspo/dfpo 3e-4, GSPO's published range)")
     clip_high: float = Field(0.2, ge=0, description="default: per loss (0.2; gspo/dfpo 4e-4)")
@@ -156,9 +168,33 @@ class AlgorithmSpec(Strict):
     kl_coef: float = Field(0.0, ge=0)
     entropy_coef: float = Field(0.0, ge=0)
 
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> dict[str, Any]:
+        return without_defaults(handler(self), {"verl_loss_mode": None})
+
     @property
     def agg_mode(self) -> str:
-        return self.loss_agg_mode or catalog.loss_info(self.loss).default_agg_mode
+        if self.loss_agg_mode is not None:
+            return self.loss_agg_mode
+        return VERL_DEFAULT_AGG_MODE if self.verl_loss_mode else catalog.loss_info(self.loss).default_agg_mode
+
+    @model_validator(mode="after")
+    def _one_loss(self) -> AlgorithmSpec:
+        """verl's built-in loss replaces cancelctl's: naming both, or a wrapper of cancelctl's losses, is refused."""
+        if self.verl_loss_mode is None:
+            return self
+        if "loss" in self.model_fields_set:
+            raise ValueError(
+                f"algorithm.loss ({self.loss}, cancelctl's cancel_{self.loss}) and algorithm.verl_loss_mode "
+                f"({self.verl_loss_mode}, verl's own) both name the loss: keep one"
+            )
+        wrapped = [name for name in WRAPPER_FIELDS if getattr(self, name) is not None]
+        if wrapped:
+            raise ValueError(
+                f"algorithm.{', algorithm.'.join(wrapped)} wrap cancelctl's losses; verl's built-in "
+                f"{self.verl_loss_mode} does not apply them: use algorithm.loss instead of verl_loss_mode"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -166,6 +202,9 @@ class AlgorithmSpec(Strict):
         """A clip the spec leaves unset takes its loss's default (`LossInfo.default_clip`)."""
         if not isinstance(data, dict) or ("clip_low" in data and "clip_high" in data):
             return data
+        if data.get("verl_loss_mode"):  # verl's built-in loss: verl's clip_ratio, as plain verl runs it
+            low, high = VERL_DEFAULT_CLIP
+            return {"clip_low": low, "clip_high": high, **data}
         loss = data.get("loss", "grpo")
         if not isinstance(loss, str) or loss not in catalog.LOSSES:
             return data  # the loss field reports it
@@ -347,6 +386,11 @@ class ExperimentSpec(Strict):
             raise ValueError(
                 f"batching.strategy sign_split puts a group's Â > 0 and Â < 0 rows in different mini-batches; "
                 f"{self.algorithm.loss} transforms the weights within each whole group (SPEC: DFPO 5): use another strategy"
+            )
+        if self.backend == "lab" and self.algorithm.verl_loss_mode is not None:
+            raise ValueError(
+                f"algorithm.verl_loss_mode ({self.algorithm.verl_loss_mode}) names a loss of verl's registry; "
+                "backend lab runs cancelctl's losses: use algorithm.loss"
             )
         if self.backend == "lab" and not self.model.path.startswith("lab://"):
             raise ValueError("backend lab runs the built-in policy: model.path must be lab://tiny")

@@ -3,8 +3,12 @@ dataclasses out, as rliable), each with its own tests in tests/stats. Nothing he
 file, prints, plots or touches MLflow: the report (`cancelctl.report`) hands them what it collected.
 
     samples        the input conventions: finite 1-d values, a seed for resampling
-    intervals      Student's t CIs over seeds (the bootstrap's kept to compare), the band of a mean curve
+    intervals      Student's t CIs over seeds (the bootstrap's kept to compare), Wilson's score interval
+                   for scores in [0, 1], the band of a mean curve
     paired         the paired t-test (the bootstrap-t's kept to compare), Holm's adjustment, seeds needed for a power
+    improvement    rliable's probability of improvement P(X > Y) with Newcombe's score interval
+    iqm            rliable's interquartile mean with the Tukey–McLaughlin interval
+    profiles       rliable's performance profiles: fraction of runs above each score, bootstrap band
     crossing       Compute@Reward=κ and steps to κ: where a curve first reaches a threshold
     scaling        ScaleRL's compute-scaling fit R(C): asymptote A, efficiency B, midpoint C_mid per run
     curves         the shape of a curve: Jitter2, slope, late − early
@@ -24,6 +28,6 @@ file, prints, plots or touches MLflow: the report (`cancelctl.report`) hands the
     sequential_verdicts  the claims of a sweep run until decided, judged at every look, Bonferroni on e-values
 
 Sources: [D] = shared/papers/000_*.txt (DFPO), [H] = 004_*.txt (App. D: alert order), ScaleRL = arXiv
-2510.13786, Chen et al. 2021 = arXiv 2107.03374 (pass@k), SPEC.md "Reports". Where a paper leaves a choice open
+2510.13786, rliable = Agarwal et al. 2021, arXiv 2108.13264, Chen et al. 2021 = arXiv 2107.03374 (pass@k), SPEC.md "Reports". Where a paper leaves a choice open
 the decision is stated in the docstring.
 """

@@ -23,21 +23,23 @@ def test_writes_every_file(report):
         payload = json.loads((out / "tables" / f"{table.name}.json").read_text())
         assert payload["title"] == table.title and len(payload["rows"]) == len(table.data)
     plots = {p.name for p in (out / "plots").iterdir()}
-    assert plots == {"reward_vs_compute.png", "compute_at_reward.png", "mechanisms_vs_step.png"}
+    assert plots == {"reward_vs_compute.png", "compute_at_reward.png", "mechanisms_vs_step.png",
+                     "performance_profile.png"}
     assert all(path.exists() for path in report.files)
     markdown = (out / "report.md").read_text()
     assert "## Final scores" in markdown and "— per run" not in markdown  # per-run detail: CSV/JSON only
 
 
 def test_console_prints_the_tables(report):
-    for title in ("Final scores", "Compute@Reward", "Jitter2", "Mechanism summary", "per group size G"):
+    for title in ("Final scores", "Probability of improvement and IQM", "Compute@Reward", "Jitter2",
+                  "Mechanism summary", "per group size G"):
         assert title in report.console_text
     assert "1.00×" in report.console_text
 
 
 def test_html_is_self_contained(report):
     html = (report.out_dir / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 3
+    assert html.count("data:image/png;base64,") == 4
     assert not re.search(r"""(src|href)=["'](?!data:)""", html)
     assert "http://" not in html and "https://" not in html
 

@@ -33,6 +33,7 @@ from cancelctl.backends.verl.overrides import OverrideSet, Setting
 from cancelctl.backends.verl.render import LOSS_PLUGIN_MODULE, RUN_IDENTITY_KEYS, config_name, render_override_set
 from cancelctl.installed import installed
 from cancelctl.spec.run import RunSpec
+from losses.catalog import VERL_LOSS_PREFIX
 
 SKIPPED = "verl layer skipped: verl not installed (pip install 'cancelctl[verl]')"
 # Stand-ins for the per-run identity values: same type, so a shared compose checks the same thing.
@@ -235,7 +236,12 @@ class VerlComposer:
             mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
             if mode not in tools.loss_registry:
                 line = next((x for x in lines if x.startswith("actor_rollout_ref.actor.policy_loss.loss_mode=")), None)
-                findings.append(Finding(line, f"loss {mode!r} is not registered in verl (by {LOSS_PLUGIN_MODULE})"))
+                if mode.startswith(VERL_LOSS_PREFIX):  # one of ours: the plugin did not register it
+                    problem = f"loss {mode!r} is not registered in verl (by {LOSS_PLUGIN_MODULE})"
+                else:  # algorithm.verl_loss_mode: a name of verl's own registry
+                    builtin = ", ".join(sorted(n for n in tools.loss_registry if not n.startswith(VERL_LOSS_PREFIX)))
+                    problem = f"verl has no built-in loss {mode!r} (algorithm.verl_loss_mode); its own: {builtin}"
+                findings.append(Finding(line, problem))
         return _unique(findings)
 
     def depth_note(self) -> str:

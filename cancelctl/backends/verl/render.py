@@ -64,9 +64,10 @@ ROLLOUT_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 BF16_ROLLOUT_SPEEDUP = {"generation": 2.0, "log-prob pass": 3.5}
 
 
-def loss_mode(loss: str) -> str:
-    """actor.policy_loss.loss_mode of a run of `loss`: its name in verl's registry."""
-    return verl_loss_name(loss)
+def loss_mode(loss: str, verl_builtin: str | None = None) -> str:
+    """actor.policy_loss.loss_mode of a run of `loss`: its name in verl's registry (cancel_<loss>), or
+    the built-in loss of verl's the arm names instead (`algorithm.verl_loss_mode`)."""
+    return verl_builtin or verl_loss_name(loss)
 
 
 def config_name(run: RunSpec) -> str:
@@ -130,7 +131,7 @@ def render_override_set(run: RunSpec) -> OverrideSet:
 def launch_blockers(run: RunSpec) -> list[str]:
     """Why this run cannot start in this job, though its config composes (empty = ready)."""
     blockers = []
-    if not installed(LOSS_PLUGIN_MODULE):
+    if not installed(LOSS_PLUGIN_MODULE) and run.spec.algorithm.verl_loss_mode is None:
         loss = loss_mode(run.spec.algorithm.loss)
         blockers.append(f"{LOSS_PLUGIN_MODULE} (registers {loss} in verl) is not installed")
     if minibatch_order(run.spec) != "default" and not installed(TRAINER_PLUGIN_MODULE):
@@ -253,7 +254,7 @@ def _algorithm(run: RunSpec, out: OverrideSet) -> None:
     out.set("algorithm.adv_estimator", "grpo")
     out.set("algorithm.norm_adv_by_std_in_grpo", True)  # SPEC: A = (R - mean) / (std + 1e-6)
     out.set(f"{POLICY_LOSS}._target_", POLICY_LOSS_TARGET)
-    out.set(f"{POLICY_LOSS}.loss_mode", loss_mode(alg.loss))
+    out.set(f"{POLICY_LOSS}.loss_mode", loss_mode(alg.loss, alg.verl_loss_mode))
     if alg.loss == "dfpo":
         out.set(f"{POLICY_LOSS}.transform", alg.dfpo.transform, add=True)
         out.set(f"{POLICY_LOSS}.stop_grad", alg.dfpo.stop_grad, add=True)

@@ -164,3 +164,14 @@ def test_loss_registered_by_plugin(all_experiments):
 
 def test_example_files_exist():
     assert all((EXPERIMENTS / f"{n}.yaml").is_file() for n in VERL_EXPERIMENTS)
+
+
+def test_builtin_losses_compose_and_a_name_verl_lacks_is_refused(make_run):
+    """algorithm.verl_loss_mode names verl's own registry: gspo composes (its paper departures are
+    validate's warnings, tests/backends/verl/test_verl_builtin_losses.py); a typo is refused with
+    verl's built-in names."""
+    assert list(validate_runs([make_run("{algorithm: {verl_loss_mode: gspo}}")])) == []
+    [issue] = validate_runs([make_run("{algorithm: {verl_loss_mode: vanila}}")])
+    assert issue.override == "actor_rollout_ref.actor.policy_loss.loss_mode=vanila"
+    assert "verl has no built-in loss 'vanila'" in issue.message and "vanilla" in issue.message
+    assert "cancel_" not in issue.message.split("its own:")[1]
