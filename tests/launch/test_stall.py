@@ -5,6 +5,7 @@ alone; with no retries left the run fails naming the stall."""
 
 from __future__ import annotations
 
+from figures import record_figure
 import json
 import uuid
 
@@ -69,7 +70,7 @@ def test_a_frozen_lab_run_is_caught_within_its_limit_its_stacks_saved_requeued_a
     assert f"=== process {pid}:" in stacks and "lab/train.py" in stacks  # py-spy read the frozen process
     assert states[0].stalls == 1 and "1 stall(s), the latest stalled at step" in states[0].reason
     (requeue_s,) = stall_to_requeue_s(run_dir)
-    print(f"\nlocal lab: frozen at step {FREEZE_AT}, caught after {caught_s:.1f} s (limit "
+    record_figure(f"local lab: frozen at step {FREEZE_AT}, caught after {caught_s:.1f} s (limit "
           f"{60 * stall['limit_min']:.1f} s); stall -> requeued attempt started: {requeue_s:.1f} s")
 
 

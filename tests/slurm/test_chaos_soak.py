@@ -7,6 +7,7 @@ xdist group), so no other test is using the cluster meanwhile."""
 
 from __future__ import annotations
 
+from figures import record_figure
 import json
 import os
 import subprocess
@@ -31,7 +32,7 @@ def test_a_chaos_soak_loses_nothing_duplicates_nothing_and_reports_what_an_undis
     )
     assert figures_path.exists(), soak.stdout[-3000:] + soak.stderr[-3000:]
     figures = json.loads(figures_path.read_text())
-    print(json.dumps(figures, indent=1))  # the note's figures, in the CI log
+    record_figure("chaos soak: " + json.dumps(figures))  # the note's figures, in the CI log
     assert figures["runs_completed"] == figures["runs_planned"] >= 40, figures
     assert figures["duplicate_points"] == 0 and figures["lost_points"] == 0, figures
     assert figures["overlapping_attempts"] == [], figures  # no run trained twice at once

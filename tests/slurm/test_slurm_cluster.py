@@ -7,6 +7,7 @@ they have served their purpose.
 
 from __future__ import annotations
 
+from figures import record_figure
 import json
 import math
 import os
@@ -166,7 +167,7 @@ def test_scancelled_task_is_failed_within_30s_and_cancel_leaves_nothing_running(
         30, f"{victim.job_id} to show failed", poll_s=0.5,
     )
     elapsed = time.monotonic() - started
-    print(f"\nscancel {victim.job_id} -> status FAILED after {elapsed:.1f} s ({failed.reason})")
+    record_figure(f"scancel {victim.job_id} -> status FAILED after {elapsed:.1f} s ({failed.reason})")
     assert "CANCELLED" in failed.reason and "outside cancelctl" in failed.reason and failed.cancel_requested
     # a task SIGKILLed (as by the OOM killer) cannot close its MLflow run: `status` does, FAILED
     killed = states[2]

@@ -5,6 +5,7 @@ logged once, in one MLflow run tagged with the stall; a run whose steps slow dow
 
 from __future__ import annotations
 
+from figures import record_figure
 import uuid
 
 import pytest
@@ -83,7 +84,7 @@ def test_a_frozen_lab_job_is_caught_its_stacks_saved_requeued_by_slurm_and_compl
     runs = client.search_runs([client.get_experiment_by_name(sweep.name).experiment_id])
     assert len(runs) == 1 and runs[0].info.status == "FINISHED" and runs[0].data.tags[STALLS_TAG] == "1"
     (requeue_s,) = stall_to_requeue_s(run_dir)
-    print(f"\nSLURM lab: frozen at step {FREEZE_AT}, caught after {caught_s:.1f} s (limit "
+    record_figure(f"SLURM lab: frozen at step {FREEZE_AT}, caught after {caught_s:.1f} s (limit "
           f"{60 * stall['limit_min']:.1f} s); stall -> requeued attempt started: {requeue_s:.1f} s")
 
 

@@ -8,6 +8,7 @@ refused by submitit, so the count following the plan is what lets it finish.
 
 from __future__ import annotations
 
+from figures import record_figure
 import json
 import shutil
 import time
@@ -57,7 +58,7 @@ def test_a_run_needing_three_allocations_of_one_minute_completes_each_step_once_
     attempts = read_attempts(run_dir)
     ends = [a["outcome"] for a in attempts if a.get("event") == "end"]
     timing = json.loads((run_dir / "timing.json").read_text())
-    print(f"\ntime-limit run: {len(ends)} allocations ({ends}) in {wall:.0f} s; plan {plan.to_json()}; measured step "
+    record_figure(f"time-limit run: {len(ends)} allocations ({ends}) in {wall:.0f} s; plan {plan.to_json()}; measured step "
           f"{timing['step_s']:.2f} s, checkpoint {timing['checkpoint_s']:.3f} s")
     assert [s.state for s in states] == ["completed"], [(s.state, s.reason) for s in states]
     assert ends.count("requeued") >= 2 and ends[-1] == "finished", ends  # >= 3 allocations, each left at a boundary

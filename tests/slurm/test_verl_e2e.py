@@ -26,6 +26,7 @@ two-node one, the most 24 GiB holds.
 
 from __future__ import annotations
 
+from figures import record_figure
 import json
 import os
 import signal
@@ -410,6 +411,6 @@ def test_a_verl_sweep_trains_on_real_main_ppo_under_slurm_requeues_stops_and_rep
     for key in ("mismatch/rho_std", "hacking/J", "dfpo/weight_dispersion"):
         assert key in mechanism, key
     (requeue_s,) = stall_to_requeue_s(dirs[REQUEUED])
-    print(f"verl e2e sweep: 3 runs (one stalled and requeued, one stopped, one failed), every run ended in {took:.0f} s; "
+    record_figure(f"verl e2e sweep: 3 runs (one stalled and requeued, one stopped, one failed), every run ended in {took:.0f} s; "
           f"verl's TaskRunner frozen after step 3, caught after {caught_s:.1f} s (limit {60 * STALL_AFTER_MIN:.0f} s), "
           f"stall -> requeued attempt started: {requeue_s:.1f} s")

@@ -3,6 +3,7 @@ offline paths. One migrated template DB is copied per test: creating the schema 
 
 from __future__ import annotations
 
+from figures import record_figure
 import json
 import logging
 import math
@@ -187,7 +188,7 @@ def test_dead_server_run_completes_and_sync_uploads_everything(uri, workdir, cli
     with RunLogger(run_dir, dead_uri, None, flush_every=20, flush_interval_s=0.0) as logger:
         expected = log_steps(logger, range(300))
     elapsed = time.perf_counter() - started
-    print(f"\nlogger against a dead server: {elapsed:.3f} s for {expected} points")
+    record_figure(f"logger against a dead server: {elapsed:.3f} s for {expected} points")
     assert elapsed < 30
     assert len([r for r in caplog.records if "unusable" in r.getMessage()]) == 1
     assert len(read_metrics_jsonl(run_dir / METRICS_JSONL)) == expected
@@ -216,7 +217,7 @@ def test_hung_server_costs_seconds_not_minutes(workdir):
         with RunLogger(run_dir, hung_uri, None, flush_every=10) as logger:
             expected = log_steps(logger, range(50))
         elapsed = time.perf_counter() - started
-    print(f"\nlogger against a hung server: {elapsed:.2f} s")
+    record_figure(f"logger against a hung server: {elapsed:.2f} s")
     assert elapsed < 15
     assert len(read_metrics_jsonl(run_dir / METRICS_JSONL)) == expected
 

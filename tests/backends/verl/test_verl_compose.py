@@ -6,6 +6,7 @@ under a minute even though every experiment is composed.
 
 from __future__ import annotations
 
+from figures import record_figure
 import dataclasses
 import time
 
@@ -41,7 +42,7 @@ def test_every_experiment_composes(all_experiments):
     assert not result.skipped and f"{len(runs)} runs" in result.status
     # seeds / run names share a compose: one per (arm, grid point)
     assert result.composes < len(runs)
-    print(f"\nvalidated {len(runs)} verl runs ({result.composes} composes) in {seconds:.1f}s: {result.status}")
+    record_figure(f"validated {len(runs)} verl runs ({result.composes} composes) in {seconds:.1f}s: {result.status}")
 
 
 def test_deep_checks_ran(all_experiments):
