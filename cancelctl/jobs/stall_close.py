@@ -28,9 +28,12 @@ def tag_stalls(logger: Any, run_dir: Path) -> None:
 def close_stalled(run_dir: Path) -> None:
     from cancelctl.tracking import RunLogger
     from cancelctl.tracking.runfiles import run_store_uri
-    from cancelctl.jobs.runjob import read_run_json
+    from cancelctl.fileio import read_json
+    from cancelctl.workdir import RunFolder
 
-    record = read_run_json(run_dir)
+    record = read_json(RunFolder(run_dir).run_json)
+    if not record:
+        return  # no run record to close (the next `status` or `sync` says why)
     logger = RunLogger(run_dir, run_store_uri(record, run_dir), record.get("mlflow_run_id"))
     tag_stalls(logger, run_dir)
     logger.close("FAILED")
