@@ -2,7 +2,7 @@
 
 A claim names one per-run number (`metric`), two arms of the sweep (`arm`, `versus`) and the
 direction the paper predicts for arm − versus. `cancelctl.stats.verdicts` judges it per comparison group
-(grid point) from the paired differences over seeds. SPEC.md "Claims" lists the papers' claims;
+(grid point) from the paired differences over seeds. docs/claims.md#the-papers-claims lists the papers' claims;
 the ready-made blocks live in experiments/*.yaml.
 
 Outcome claims (`OUTCOME_KINDS`) read the monitor's alerts instead of a curve: how often an arm's

@@ -4,7 +4,7 @@ An `ExperimentSpec` is one fully-resolved training run (minus nothing: the seed 
 per section of the spec file (model, data, algorithm, rollout, batching, budget, eval, tracking),
 with the `cluster:` block in `cluster`, the `lab:` block in `lab`, the `monitor:` block in `monitor`.
 The file a user writes is a `SweepSpec` (`sweep`); its expansion into runs is `expand`. Defaults
-follow the papers (see ../shared/SPEC.md). Executor and loss names are checked against their
+follow the papers (docs/losses.md). Executor and loss names are checked against their
 catalogs (`cancelctl.spec.executors`, `losses.catalog`), never against the code that runs them.
 """
 
@@ -346,7 +346,7 @@ class ExperimentSpec(Strict):
         if self.batching.strategy == "sign_split" and catalog.needs_groups(self.algorithm.loss):
             raise ValueError(
                 f"batching.strategy sign_split puts a group's Â > 0 and Â < 0 rows in different mini-batches; "
-                f"{self.algorithm.loss} transforms the weights within each whole group (SPEC: DFPO 5): use another strategy"
+                f"{self.algorithm.loss} transforms the weights within each whole group (docs/losses.md#dfpo, step 5): use another strategy"
             )
         if self.backend == "lab" and not self.model.path.startswith("lab://"):
             raise ValueError("backend lab runs the built-in policy: model.path must be lab://tiny")

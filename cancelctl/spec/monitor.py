@@ -7,7 +7,7 @@ late ones stop the run (its checkpoint is kept: a stop is cheap to undo, a colla
 Thresholds are ratios or relative drops over windows of steps, so one default fits the lab (ρ std ~5e-3)
 and an LLM alike; no default fires on the lab demo's healthy runs (tests/jobs/test_monitor.py).
 
-Every rule reads the first of its `keys` present in a step's metrics (the SPEC names first, then
+Every rule reads the first of its `keys` present in a step's metrics (the names of docs/metrics.md first, then
 verl's own spelling of the same quantity), and skips steps where none is.
 """
 
@@ -35,7 +35,7 @@ class MismatchGrowthRule(Strict):
     keys: list[str] = Field(
         default_factory=lambda: ["mismatch/rho_std", "rollout_corr/rollout_is_std"],
         min_length=1,
-        description="std of rho per step (SPEC name; verl's rollout_is std when rollout_correction.rollout_is is on)",
+        description="std of rho per step (mismatch/rho_std; verl's rollout_is std when rollout_correction.rollout_is is on)",
     )
     window: int = Field(10, ge=1, le=10_000, description="steps per window (baseline and recent)")
     ratio: float = Field(3.0, gt=1, description="recent / baseline window median that raises the alert")
