@@ -22,7 +22,15 @@ def nav_pages() -> list[str]:
             out += walk(value) if isinstance(value, list) else [value]
         return out
 
-    return walk(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
+    return walk(yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_MkdocsLoader)["nav"])
+
+
+class _MkdocsLoader(yaml.SafeLoader):
+    """A safe loader that reads mkdocs.yml's `!!python/name:` tags (superfences' mermaid format) as
+    plain strings instead of importing what they name."""
+
+
+_MkdocsLoader.add_multi_constructor("tag:yaml.org,2002:python/name:", lambda loader, suffix, node: suffix)
 
 
 def guide_files() -> list[Path]:
