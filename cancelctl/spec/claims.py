@@ -214,7 +214,7 @@ class ClaimSpec(_Strict):
     id: str = Field(..., pattern=_NAME, description="short name, unique in the sweep file")
     source: str = Field(..., min_length=1, description="paper and section, e.g. '[D] §4.5 P3, eq. 22'")
     statement: str = Field(..., min_length=1, description="the claim in one line")
-    metric: ClaimMetric
+    metric: ClaimMetric = Field(..., description="what is compared per run: its kind (final, steps_to_kappa, jitter2, slope, ...) and options")
     direction: Direction = Field(
         ...,
         description=(
