@@ -138,9 +138,9 @@ DEFAULT_LR = {"verl": 1e-6, "lab": 5e-4}
 
 class AlgorithmSpec(Strict):
     loss: LossName = Field("grpo", description="the objective; on verl registered as cancel_<name>")
-    loss_agg_mode: AggMode | None = Field(None, description="default: per loss (gspo/dfpo seq-mean-token-mean)")
-    clip_low: float = Field(0.2, ge=0, lt=1, description="default: per loss (0.2; gspo/dfpo 3e-4, GSPO's published range)")
-    clip_high: float = Field(0.2, ge=0, description="default: per loss (0.2; gspo/dfpo 4e-4)")
+    loss_agg_mode: AggMode | None = Field(None, description="how the token terms aggregate into the loss (verl's modes)")
+    clip_low: float = Field(0.2, ge=0, lt=1, description="epsilon_low: the ratio's lower clip 1 - epsilon_low (gspo/dfpo: GSPO's published range)")
+    clip_high: float = Field(0.2, ge=0, description="epsilon_high: the ratio's upper clip 1 + epsilon_high")
     clip_dual_c: float = Field(3.0, gt=1, description="dual clip for A<0 (verl clip_ratio_c)")
     dfpo: DfpoSpec = Field(DfpoSpec(), description="DFPO's options (loss: dfpo)")
     tis: TisSpec | None = Field(None, description="truncated importance sampling [H §4.2]; null: off")
