@@ -49,7 +49,7 @@ class SpecError(Exception):
 
 
 class UnmatchedArmsError(SpecError):
-    """Arms in one comparison group differ in compute (SPEC: compute-matched protocol)."""
+    """Arms in one comparison group differ in compute (docs/statistics.md#compute-matched-protocol)."""
 
     def __init__(self, issues: list[SpecIssue]):
         super().__init__(issues, title="arms are not compute-matched (pass --allow-unmatched to run anyway)")

@@ -13,7 +13,7 @@ id, not found means the job never reached the scheduler and its runs are submitt
 
 Schema (version 1)::
 
-    {"version": 1, "sweep": "lab-demo", "file": "experiments/lab.yaml", "executor": "slurm",
+    {"version": 1, "sweep": "lab-demo", "file": "experiments/lab-demo.yaml", "executor": "slurm",
      "created_at": 1763822400.0, "launched_at": 1763822460.0, "cancelled_at": null,
      "driver": {"pid": 4242, "start": 1234567} | null,        # local/debug driver process
      "planned": ["3f2a9c1b7e0d", ...],                         # run ids of the last launch's sweep file

@@ -1,4 +1,4 @@
-"""The papers' objectives as backend-neutral torch (see ../shared/SPEC.md).
+"""The papers' objectives as backend-neutral torch (docs/losses.md).
 
 Losses take verl's keyword signature plus `group_ids` and return `(loss, metrics)`; the CPU lab
 and verl (through `losses.verl_plugin`, loaded by verl's plugin entry point) call the same code.

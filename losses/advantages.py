@@ -13,7 +13,7 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, std_normali
     """Â_i = (R_i − mean_g R) / (std_g R + 1e-6), unbiased std as verl's GRPO estimator [D eq. 43].
 
     `std_normalize=False` gives R_i − mean_g R [D eq. 29]. A group whose rewards are all equal
-    (including a single-row group) gets Â = 0 exactly (SPEC; verl instead leaves a single row's
+    (including a single-row group) gets Â = 0 exactly (docs/losses.md#notation; verl instead leaves a single row's
     reward unnormalised). Computed in float64; returned in the rewards' float dtype (fp32 for ints).
     """
     rewards = torch.as_tensor(rewards)

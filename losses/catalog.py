@@ -1,6 +1,6 @@
 """Every name a spec, the lab and verl share — torch-free, so validating a spec never imports torch.
 
-One entry per loss (SPEC "Losses"): where its function lives, the per-row weight w_i it puts on a row
+One entry per loss (docs/losses.md#the-losses): where its function lives, the per-row weight w_i it puts on a row
 (what `dfpo/asym` and `dfpo/weight_dispersion` measure [D eq. 23]), whether it needs whole groups,
 and its default aggregation. `losses.registry` resolves the dotted paths lazily, so a new loss is its
 own module plus one `register_loss` call here (or from an extension); nothing else lists loss names.
@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# DFPO group transformations of the post-clip sequence weights [D eq. 18, 50-55] (SPEC "DFPO, exactly").
+# DFPO group transformations of the post-clip sequence weights [D eq. 18, 50-55]
+# (docs/losses.md#group-transformations).
 TRANSFORMS = ("min_replace", "orth_proj", "pos_orth_qp", "trunc_rebalance")
 # Sign probes [C §3.2]: keep only rows with Â > 0 / Â < 0.
 PROBES = ("positive_only", "negative_only")
-# Batching strategies [C §4] (SPEC "Batching strategies").
+# Batching strategies [C §4] (docs/losses.md#batching-strategies).
 BATCHING_STRATEGIES = ("default", "query_preserved", "reward_balanced", "sign_split")
-# verl's aggregation modes a spec may choose (SPEC "Losses"); `token-sum` is verl's too, accepted by the math only.
+# verl's aggregation modes a spec may choose (docs/losses.md#the-losses); `token-sum` is verl's too, accepted by the math only.
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 ALL_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 # Token-weight wrappers, innermost first (all multiply detached weights, so the order is only a label).
@@ -67,7 +68,7 @@ def unregister_loss(name: str) -> None:
 
 
 def loss_names() -> tuple[str, ...]:
-    """Registered loss names, in SPEC's table order."""
+    """Registered loss names, in the order of docs/losses.md's table."""
     return tuple(LOSSES)
 
 
@@ -84,7 +85,7 @@ def verl_loss_name(name: str) -> str:
 
 
 def needs_groups(name: str) -> bool:
-    """Whether the loss's value needs whole groups (SPEC "DFPO, exactly" 5)."""
+    """Whether the loss's value needs whole groups (docs/losses.md#dfpo, step 5)."""
     return loss_info(name).needs_groups
 
 

@@ -1,4 +1,4 @@
-"""One composer for the token-weight wrappers (SPEC "Token-weight wrappers"): the lab and the verl plugin
+"""One composer for the token-weight wrappers (docs/losses.md#token-weight-wrappers): the lab and the verl plugin
 wrap a registered loss through `wrap_loss`, so both apply the same wrappers in the same order."""
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
-"""DFPO: GSPO with a group transformation of the post-clip sequence weights (SPEC "DFPO, exactly").
+"""DFPO: GSPO with a group transformation of the post-clip sequence weights (docs/losses.md#dfpo).
 
 1. s_i [D eq. 44] → sign-aware post-clip weight s̄_i [eq. 46-47], so Σ Â s̄ is GSPO's objective [eq. 49].
 2. s̃ = T(s̄, Â) inside every group (`losses.transforms`), under stop-gradient by default.
 3. Per token of row i the coefficient on ∇log π is s̃_i Â_i / |y_i| [eq. 68, 85]: the token form
    s̃_i Â_i · (1 + log π − sg(log π)) reports the value s̃_i Â_i on every token and gives each token
    gradient s̃_i Â_i, which seq-mean-token-mean (DFPO's mode) divides by |y_i| (and by the number
-   of rows). Clipped rows are not zeroed: the clip only shapes the value of s̄ (SPEC 3).
+   of rows). Clipped rows are not zeroed: the clip only shapes the value of s̄
+   (docs/losses.md#dfpo, step 3).
 4. Ablations [D Table 3]: `stop_grad=False` keeps s̃(θ) differentiable and minimises
-   −Σ_i Â_i s̃_i(θ) ℓ_i(θ), ℓ_i the row's mean log-prob (SPEC 4); `scale=c` uses s̃ = c·s̄, no transform.
+   −Σ_i Â_i s̃_i(θ) ℓ_i(θ), ℓ_i the row's mean log-prob (docs/losses.md#dfpo, step 4); `scale=c` uses
+   s̃ = c·s̄, no transform.
 5. Partial groups are refused (`losses.groups.require_whole_groups`). G is `policy_loss.group_size`,
    else verl's `rollout_n`, else the size most groups have. Zero-token rows (verl V1's padding
    rows) take no part in the check: their loss terms are masked out anyway.

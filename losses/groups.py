@@ -49,7 +49,7 @@ def require_whole_groups(
     size_from: str = "policy_loss.group_size",
     labels: list | None = None,
 ) -> None:
-    """Refuse partial groups (SPEC "DFPO, exactly" 5): every group has `expected_size` rows or,
+    """Refuse partial groups (docs/losses.md#dfpo, step 5): every group has `expected_size` rows or,
     when that is unknown, the size most groups have (a group that differs is the partial one).
 
     `rows` (bool [N]) marks the rows that count; the others (verl V1's zero-token padding rows,
@@ -74,7 +74,7 @@ def require_whole_groups(
         raise ValueError(
             f"{what}: group {_label(index.ids[first_bad].item(), labels)} has {counts[first_bad].item()} rows but {source} "
             f"say G={size} ({n_bad} of {int(present.sum())} groups differ). The group transform needs whole "
-            f"groups (SPEC 'DFPO, exactly' 5): {fix}."
+            f"groups (docs/losses.md#dfpo, step 5): {fix}."
         )
 
 

@@ -1,4 +1,4 @@
-"""Per-step metrics of SPEC's table that need only batch tensors: one implementation, used by the
+"""Per-step metrics of docs/metrics.md that need only batch tensors: one implementation, used by the
 CPU lab (cancelctl/backends/lab) and inside verl (losses/verl_plugin.py).
 
 Every loss returns the same keys on every call (verl averages metrics over DP ranks and needs
@@ -71,7 +71,7 @@ def _index(group_ids: torch.Tensor | GroupIndex) -> GroupIndex:
 
 def live_groups(advantages: torch.Tensor, index: GroupIndex) -> torch.Tensor:
     """[K] bool: the groups with at least one non-zero Â. A group whose Â are all 0 carries no gradient
-    (and min_replace leaves its weights as they are), so the SPEC's group means leave it out."""
+    (and min_replace leaves its weights as they are), so the group means of docs/metrics.md#dfpo leave it out."""
     return group_sum((advantages.detach() != 0).to(torch.float64), index) > 0
 
 
@@ -84,7 +84,7 @@ def group_asymmetry(
     weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor | GroupIndex
 ) -> torch.Tensor:
     """Mean over the live groups (`live_groups`) of Var_i(w_i Â_i) [D eq. 23] (population variance
-    over the group's rows; SPEC `dfpo/asym`)."""
+    over the group's rows; `dfpo/asym`, docs/metrics.md#dfpo)."""
     index = _index(group_ids)
     x = weights.detach().to(torch.float64) * advantages.detach().to(torch.float64)
     centred = x - group_mean(x, index)[index.inverse]
@@ -94,7 +94,7 @@ def group_asymmetry(
 def ortho_residual(
     weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor | GroupIndex
 ) -> torch.Tensor:
-    """Mean over groups of |Σ_i Â_i s̃_i| (SPEC `dfpo/ortho_residual`)."""
+    """Mean over groups of |Σ_i Â_i s̃_i| (`dfpo/ortho_residual`, docs/metrics.md#dfpo)."""
     index = _index(group_ids)
     x = weights.detach().to(torch.float64) * advantages.detach().to(torch.float64)
     return group_sum(x, index).abs().mean()
@@ -103,7 +103,7 @@ def ortho_residual(
 def weight_dispersion(
     weights: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor | GroupIndex
 ) -> torch.Tensor:
-    """Mean over the live groups (`live_groups`) of std_i(w_i) / |mean_i(w_i)| (population std; SPEC
+    """Mean over the live groups (`live_groups`) of std_i(w_i) / |mean_i(w_i)| (population std; docs/metrics.md#dfpo
     `dfpo/weight_dispersion`): exactly 0 under min_replace, which gives each live group one weight.
 
     Beside `group_asymmetry`: with w constant in a group, Var_i(w Â_i) = w²·Var(Â), so [D eq. 23] as

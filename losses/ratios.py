@@ -1,4 +1,4 @@
-"""Importance ratios and the clips applied to them (SPEC "Notation", [D App. B, F, H])."""
+"""Importance ratios and the clips applied to them (docs/losses.md#notation, [D App. B, F, H])."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 
 from losses.aggregation import row_mean
 
-LOG_RATIO_CLAMP = 20.0  # token log-ratio clamp before exp (SPEC; verl vanilla)
+LOG_RATIO_CLAMP = 20.0  # token log-ratio clamp before exp (docs/losses.md#notation; verl vanilla)
 SEQ_LOG_RATIO_MAX = 10.0  # sequence log-ratio clamp, as verl's gspo (core_algos.py:1590)
 
 

@@ -18,7 +18,7 @@ def _resolve(target: str):
 
 
 def names() -> list[str]:
-    """Registered loss names, in SPEC's table order."""
+    """Registered loss names, in the order of docs/losses.md's table."""
     return list(loss_names())
 
 

@@ -3,8 +3,8 @@
 Each acts inside every group at once (scatter/sort over the dense group index, no loop over
 groups), in float64: the vectors have one entry per row, so the cost is nil and the orthogonality
 residual |Σ_g Â s̃| stays ~1e-15 instead of fp32's ~1e-7. Groups with ‖Â‖ = 0 are returned
-unchanged (SPEC; their gradient is zero anyway). All four are differentiable in s̄, which the
-`stop_grad=False` ablation uses.
+unchanged (their gradient is zero anyway; docs/losses.md#group-transformations). All four are
+differentiable in s̄, which the `stop_grad=False` ablation uses.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def trunc_rebalance(
     """Truncate s⁺ = max(s̄, ε₁) [D eq. 52], then scale one side so Âᵀs̃ = 0 [eq. 53-55].
 
     α = Σ_N |Â| s⁺ / Σ_P Â s⁺ scales the P side when δ = Âᵀs⁺ > 0; β = Σ_P Â s⁺ / Σ_N |Â| s⁺ the N
-    side when δ < 0. SPEC: eq. 55 prints β with a wrong sign; this β is the one the constraint forces,
+    side when δ < 0. Eq. 55 prints β with a wrong sign (docs/losses.md#group-transformations); this β is the one the constraint forces,
     and both lie in (0, 1]. Note the scaled side can drop below ε₁ (α s⁺ ≥ α ε₁): the paper's
     "s̃ ⪰ ε₁" holds only for the unscaled side; s̃ > 0 always.
     """

@@ -1,6 +1,6 @@
 """verl's `ppo_loss` made group-aware, and the micro-batch it hands the `cancel_*` losses.
 
-Group ids (notes/verl-inside.md §1): verl's `ppo_loss` hands a registered policy loss per-token
+Group ids (docs/verl-internals.md#group-ids-in-the-loss): verl's `ppo_loss` hands a registered policy loss per-token
 tensors only, but the micro-batch it receives still carries `uid`. `install()` (run by
 losses.verl_plugin when verl loads it) replaces `verl.workers.utils.losses.ppo_loss` (and the name
 in every verl module that already imported it) by `group_aware(ppo_loss)`, which publishes the
@@ -11,7 +11,8 @@ verl in this project; verl is imported inside the functions that reach it, not h
 
 Partial groups: whole groups per micro-batch, else a clear error — not a whole-mini-batch pre-pass.
 s̃ per micro-batch is exact when each micro-batch holds whole groups, because the optimizer steps
-only after all micro-batches of a mini-batch (notes §2). verl's own V1 trainer scatters a group's rows
+only after all micro-batches of a mini-batch
+(docs/verl-internals.md#whole-groups-in-micro-batches). verl's own V1 trainer scatters a group's rows
 over mini-batches and ranks; cancelctl's (`trainer.v1.trainer_mode=cancelctl` with
 `+trainer.v1.cancelctl.batching=query_preserved`, `actor.shuffle=False`) keeps them whole, and with
 micro-batch rows a multiple of G (or `force_group_size=G`, which it sets under dynamic batching) so
@@ -34,7 +35,7 @@ import torch
 from losses.catalog import verl_loss_name
 from losses.groups import group_index, require_whole_groups
 
-# verl modules that bind `ppo_loss` by name (notes/verl-inside.md §1): patched when already imported;
+# verl modules that bind `ppo_loss` by name (docs/verl-internals.md#group-ids-in-the-loss): patched when already imported;
 # imported later, they bind the wrapper from verl.workers.utils.losses.
 PPO_LOSS_HOME = "verl.workers.utils.losses"
 # What keeps every group whole in verl's micro-batches, as Hydra overrides (cancelctl's V1 trainer is

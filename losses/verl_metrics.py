@@ -1,9 +1,9 @@
-"""The SPEC mechanism metrics of one `cancel_*` loss call inside verl's actor update.
+"""The mechanism metrics (docs/metrics.md) of one `cancel_*` loss call inside verl's actor update.
 
 One implementation in `losses.metrics` (the lab computes the same keys); here they are taken over
 verl's micro-batch (losses.verl_adapter.MicroBatch) and added to the loss's metrics dict by
 losses.verl_plugin, which verl averages over micro-batches and ranks and logs as `actor/<key>` (the
-job's metrics forwarder maps them back to the SPEC keys):
+job's metrics forwarder maps them back to those keys):
 
 - `hacking/J`: per micro-batch sum scaled to the mini-batch, i.e. × global rows / micro-batch rows
   (the lab's is over the step's batch, equal with one mini-batch per step);
@@ -55,7 +55,7 @@ def mechanism_metrics(
     group_ids: torch.Tensor | None,
     energy_now: bool,
 ) -> dict[str, float]:
-    """The SPEC mechanism keys for this micro-batch (their scope: the module docstring)."""
+    """The mechanism keys for this micro-batch (their scope: the module docstring)."""
     mask = response_mask.bool()
     rows = mask.any(-1)
     row_adv = torch.where(mask, advantages, 0.0).sum(-1) / mask.sum(-1).clamp(min=1)

@@ -1,10 +1,10 @@
 """verl plugin: our losses in verl's policy-loss registry as `cancel_<name>`, with group ids.
 
 Loaded at `import verl` through the `verl.plugins` entry point declared in pyproject.toml
-(../shared/notes/verl-0.9.1.md §3), in every process that imports verl, so the actor workers
+(docs/verl-internals.md#loading-the-plugin-in-every-process), in every process that imports verl, so the actor workers
 see the names. At load it registers every loss of `losses.names()` and installs the group-aware
 `ppo_loss` (losses.verl_adapter: the patch of verl and the micro-batch the losses read their group
-ids from); each registered loss adds the SPEC mechanism metrics (losses.verl_metrics). Of
+ids from); each registered loss adds the mechanism metrics of docs/metrics.md (losses.verl_metrics). Of
 `losses/`, only this module imports verl when imported (the adapter reaches it inside its functions).
 
 Loud failures: a plugin that fails to import is logged by verl only at DEBUG, so the job calls
@@ -16,10 +16,11 @@ equality of value and gradient on every mode, with and without `global_batch_inf
 registered losses aggregate exactly as verl's own.
 
 Options come from `config.policy_loss` (verl's PolicyLossConfig has no such fields; the verl backend
-points `policy_loss._target_` at its `CancelPolicyLossConfig`, notes §3): the DFPO options read by
+points `policy_loss._target_` at its `CancelPolicyLossConfig`): the DFPO options read by
 `losses.dfpo`, and the token-weight wrappers applied here per call when set — `probe`
 (positive_only / negative_only), `inject_delta` with `inject_delta_p_low`, `inject_noise_sigma`
-with `inject_noise_seed`. TIS is verl's own `algorithm.rollout_correction` (SPEC).
+with `inject_noise_seed`. TIS is verl's own `algorithm.rollout_correction`
+(docs/verl-internals.md#traininginference-mismatch-and-tis).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Detached per-token weights and the wrappers that fold them into any loss (SPEC "Token-weight wrappers").
+"""Detached per-token weights and the wrappers that fold them into any loss (docs/losses.md#token-weight-wrappers).
 
 A wrapper `w(loss_fn, **opts)` returns a loss with the same keyword signature plus
 `rollout_log_prob=` (needed by `tis`); it multiplies its weight into `rollout_is_weights`, which

@@ -1,4 +1,4 @@
-""".ci/slurm-up.sh on machines that ran another single-node SLURM before (issue 35.7): another
+""".ci/slurm-up.sh on machines that ran another single-node SLURM before: another
 cluster's slurmctld state in /var/spool/slurmctld (slurmctld stops at once on CLUSTER NAME MISMATCH),
 and a `slurm` accounting user with another password (slurmdbd: "Access denied for user 'slurm'").
 

@@ -45,7 +45,7 @@ FORBIDDEN = [
     ("cancelctl.smoke", "cancelctl.cli", "the smoke is a library call; the CLI prints it"),
     *[("cancelctl.models", wing, "model preparation is a library: a wheel in, a folder out")
       for wing in ("cancelctl.cli", "cancelctl.launch", "cancelctl.jobs", "cancelctl.executors", "cancelctl.backends")],
-    # modules with one job each (issue 37.3): the parts a split made point one way
+    # modules with one job each: the parts a split made point one way
     ("losses.verl_adapter", "losses.verl_plugin", "importing the plugin registers and patches: the adapter never does"),
     ("losses.verl_metrics", "losses.verl_plugin", "importing the plugin registers and patches: the metrics never do"),
     ("cancelctl.backends.verl.forward", "cancelctl.backends.verl.entry", "forwarding never imports the child's supervision"),
@@ -226,7 +226,7 @@ def test_the_graph_sees_the_imports_it_guards():
     assert "cancelctl.spec.metric_keys" in graph["cancelctl.spec.claims"] and "cancelctl.spec.metric_keys" in graph[
         "cancelctl.spec.monitor"]
     assert io_in_stats(ROOT) == [] and (ROOT / "cancelctl" / "stats" / "intervals.py").exists()
-    # the modules split by job (issue 37.3) and who uses them
+    # the modules split by job and who uses them
     assert {"losses.verl_adapter", "losses.verl_metrics"} <= graph["losses.verl_plugin"]
     assert "losses.verl_adapter" not in graph["losses.verl_metrics"] and "losses.verl_adapter" in full["losses.verl_metrics"]
     assert {"cancelctl.backends.verl.command", "cancelctl.backends.verl.forward", "cancelctl.jobs.children"} <= graph[

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from guide_pages import DOCS, guide_files, nav_pages
+from guide_pages import DOCS, anchors, guide_files, nav_pages, outside_code
 from prepared_data import experiment_datasets, write_stand_ins
 from project_paths import ROOT
 from slurm_gate import cluster_problem
@@ -379,24 +379,6 @@ def test_the_demo_report_picture_is_on_the_first_screen_and_redrawn_by_its_docum
     assert drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and drawn.stat().st_size > 10_000
 
 
-def slug(heading: str) -> str:
-    """A heading's anchor as mkdocs' toc and GitHub both make it for the headings used here."""
-    text = re.sub(r"[^\w\s-]", "", heading.strip().lower())
-    return re.sub(r"[-\s]+", "-", text).strip("-")
-
-
-def anchors(path: Path) -> set[str]:
-    return {slug(line.lstrip("#")) for line in _outside_code(path.read_text()) if re.match(r"#{1,6} ", line)}
-
-
-def _outside_code(text: str) -> list[str]:
-    lines, fenced = [], False
-    for line in text.splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        elif not fenced:
-            lines.append(line)
-    return lines
 
 
 def test_guide_links_resolve():
@@ -405,7 +387,7 @@ def test_guide_links_resolve():
     README's links into docs/ too, which mkdocs never sees."""
     broken = []
     for path in guide_files():
-        body = re.sub(r"`[^`\n]*`", "", "\n".join(_outside_code(path.read_text())))
+        body = re.sub(r"`[^`\n]*`", "", "\n".join(outside_code(path.read_text())))
         for target in re.findall(r"\]\(([^)\s]+)\)", body):
             if re.match(r"[a-z]+:", target):
                 continue

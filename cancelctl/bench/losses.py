@@ -3,9 +3,9 @@ transform on one random batch, as ratios to quantities measured in the same run.
 
 Ratios, not milliseconds, are the figures: each repeat times every case once, round-robin, and a
 case's ratio is the median over repeats of (case time / baseline time in that repeat), so machine
-load drifts cancel. Targets (issue 3): every loss ≤ 1.15× `grpo` at 256 × 1024 on CPU; our `gspo`
-≤ 1.05× verl's; every token-weight wrapper ≤ 1.15× its base loss (issue 11); every transform at 1,000 groups ≤ 1.5× its time at 10 groups (same rows).
-`inject_noise`'s draw is also timed alone, and that wrapper's target is 1.15× plus its draw (issue 37.7): the
+load drifts cancel. Targets: every loss ≤ 1.15× `grpo` at 256 × 1024 on CPU; our `gspo`
+≤ 1.05× verl's; every token-weight wrapper ≤ 1.15× its base loss; every transform at 1,000 groups ≤ 1.5× its time at 10 groups (same rows).
+`inject_noise`'s draw is also timed alone, and that wrapper's target is 1.15× plus its draw: the
 seeded N(1, σ²) stream is what defines a σ arm [H eq. 21] — the same seed replays the same weights, so
 every σ result stands on it — and it is already torch's vectorised fill (a masked draw of only the
 response tokens was many times slower); in a verl step the loss is a sliver beside the model's
@@ -223,7 +223,7 @@ def run_loss_benchmark(
     for name, (section, _) in cases.items():
         if section == "loss":
             out.append(row("loss", name, "grpo", None if name == "grpo" else loss_target))
-        elif section == "wrapper":  # a token-weight wrapper over its base loss (issue 11: same target)
+        elif section == "wrapper":  # a token-weight wrapper over its base loss (same target)
             floor = WRAPPER_DRAWS.get(name)
             target = loss_target + _ratio(times, floor, "grpo") if floor and loss_target else loss_target
             out.append(row("wrapper", name, "grpo", target))

@@ -2,7 +2,7 @@
 torch / CUDA / driver versions, threads — recorded by the job (`runjob`) in job.json, attempts.jsonl
 and the MLflow run's tags, so a report can tell when arms of one comparison ran on different hardware.
 
-Why it matters: the same lab seeds collapsed on one machine and not on another (issue 38.6); the CPU
+Why it matters: the same lab seeds collapsed on one machine and not on another; the CPU
 kernels torch picks (AVX2 / AVX512 / AMX) change float summation order, and GPU types differ in
 kernels and memory. The GPU is read with `nvidia-smi`, not torch: `torch.cuda` would open a CUDA
 context in the job's process and hold its memory on GPU 0 for the whole run.

@@ -1,7 +1,7 @@
 """One Ray cluster over the nodes of one SLURM allocation (`cancelctl.jobs.allocation`): start it,
 join it, wait for it, tear it down.
 
-verl expects one Ray cluster per run with its driver on the head (verl-inside notes §5), so on every
+verl expects one Ray cluster per run with its driver on the head (docs/verl-internals.md#multi-node-ray), so on every
 node of a multi-node run:
 
 - rank 0 starts the Ray head (`ray start --head --block`, a child in its own session), waits until

@@ -1,6 +1,6 @@
 """Sweep report: compute-matched tables, intervals and tests over seeds, Compute@Reward, Jitter2, plots.
 
-What each table means: SPEC.md "Reports" and [D] §4.5, §5, Tables 1–4. The numbers come from
+What each table means: docs/statistics.md and [D] §4.5, §5, Tables 1–4. The numbers come from
 `cancelctl.stats`; this package selects, groups, formats and writes. Modules, in data order:
 
 - `sweep_report`: `report_sweep`, what `cancelctl report` calls — find the sweep in the work dir,

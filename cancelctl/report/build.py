@@ -95,7 +95,7 @@ def build_report(
     kept = _screen(sweep, options)
     runs = kept.prepared.runs.reset_index(drop=True)
     violations = compute_match.check_compute_matched(runs, kept.prepared.by_key, tol=options.token_tol)
-    violations += hardware_match.check_hardware_matched(runs)  # GPU kinds, CPU kernels (issue 38.6)
+    violations += hardware_match.check_hardware_matched(runs)  # GPU kinds, CPU kernels
     if violations and not options.allow_unmatched:
         raise UnmatchedArmsError(violations)
     kappa, kappa_note = _kappa(kept.prepared, options)

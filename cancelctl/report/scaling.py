@@ -1,4 +1,5 @@
-"""The compute-scaling table [ScaleRL, arXiv 2510.13786; SPEC "Reports"]: ScaleRL's curve fitted to
+"""The compute-scaling table [ScaleRL, arXiv 2510.13786;
+docs/statistics.md#compute-scaling-fit]: ScaleRL's curve fitted to
 each run's training reward and eval benchmarks against the report's compute axis
 (`cancelctl.stats.scaling.fit_compute_curve`), and per arm and group the asymptote A, efficiency B
 and midpoint C_mid with 95% intervals over seeds (`scaling.curve_intervals`: Student's t on the

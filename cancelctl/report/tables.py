@@ -348,7 +348,7 @@ def mechanisms(by_key: dict[str, pd.DataFrame]) -> list[Mechanism]:
     energy_key = f"cancel/energy_b{buckets[-1]}" if buckets else "cancel/energy_b{K-1}"
     return [
         Mechanism("asym (mean)", "dfpo/asym", _mean_over_steps, "[D eq. 23]"),
-        Mechanism("weight dispersion (mean)", "dfpo/weight_dispersion", _mean_over_steps, "[D eq. 23], SPEC"),
+        Mechanism("weight dispersion (mean)", "dfpo/weight_dispersion", _mean_over_steps, "[D eq. 23], docs/metrics.md"),
         Mechanism("ρ std growth (slope/step)", "mismatch/rho_std", _slope_per_step, "[H §2]"),
         Mechanism("J (mean)", "hacking/J", _mean_over_steps, "[H eq. 23]"),
         Mechanism("high-freq energy share (mean)", energy_key, _mean_over_steps, "[D eq. 24], last bucket"),

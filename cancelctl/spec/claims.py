@@ -2,7 +2,7 @@
 
 A claim names one per-run number (`metric`), two arms of the sweep (`arm`, `versus`) and the
 direction the paper predicts for arm − versus. `cancelctl.stats.verdicts` judges it per comparison group
-(grid point) from the paired differences over seeds. SPEC.md "Claims" lists the papers' claims;
+(grid point) from the paired differences over seeds. docs/claims.md#the-papers-claims lists the papers' claims;
 the ready-made blocks live in experiments/*.yaml.
 
 Outcome claims (`OUTCOME_KINDS`) read the monitor's alerts instead of a curve: how often an arm's
@@ -214,7 +214,7 @@ class ClaimSpec(_Strict):
     id: str = Field(..., pattern=_NAME, description="short name, unique in the sweep file")
     source: str = Field(..., min_length=1, description="paper and section, e.g. '[D] §4.5 P3, eq. 22'")
     statement: str = Field(..., min_length=1, description="the claim in one line")
-    metric: ClaimMetric
+    metric: ClaimMetric = Field(..., description="what is compared per run: its kind (final, steps_to_kappa, jitter2, slope, ...) and options")
     direction: Direction = Field(
         ...,
         description=(

@@ -49,11 +49,11 @@ APPTAINER_URI = re.compile(r"^(docker|docker-archive|oras|library|shub|https?):/
 
 
 class ClusterSpec(Strict):
-    partition: ScriptLine | None = None
-    account: ScriptLine | None = None
-    qos: ScriptLine | None = None
-    nodes: int = Field(1, ge=1)
-    gpus_per_node: int = Field(0, ge=0)
+    partition: ScriptLine | None = Field(None, description="SLURM partition (sbatch --partition); null: the cluster's default")
+    account: ScriptLine | None = Field(None, description="SLURM account charged (sbatch --account); null: the user's default")
+    qos: ScriptLine | None = Field(None, description="SLURM quality of service (sbatch --qos); null: the default")
+    nodes: int = Field(1, ge=1, description="nodes per run (verl over several: one Ray cluster over the allocation)")
+    gpus_per_node: int = Field(0, ge=0, description="GPUs per node the run asks for; 0: none (the lab, verl on cpu)")
     device: Literal["cuda", "cpu"] = Field(
         "cuda",
         description="verl: cuda (GPUs), or cpu: verl's whole loop on CPU cores, one training rank per node, "
@@ -63,16 +63,16 @@ class ClusterSpec(Strict):
         80, gt=0, description="memory of one GPU, as its name gives it (an H100 80GB: 80): validate refuses a verl "
         "configuration whose estimated per-GPU peak exceeds it"
     )
-    cpus_per_task: int = Field(1, ge=1)
-    mem_gb: float | None = Field(None, gt=0)
-    time_min: int = Field(60, ge=1)
+    cpus_per_task: int = Field(1, ge=1, description="CPU cores per task (sbatch --cpus-per-task)")
+    mem_gb: float | None = Field(None, gt=0, description="memory per node in GB (sbatch --mem); null: the partition's default")
+    time_min: int = Field(60, ge=1, description="time limit of one job in minutes (sbatch --time); a longer run continues from its checkpoint in a requeued job")
     array_parallelism: int = Field(
         64, ge=1, description="at most this many of the sweep's runs at once: the SLURM array's %N, and the local executor's bound too"
     )
     container_image: ScriptLine | None = Field(
         None, description="image the job runs in: pyxis/enroot (an image ref or .sqsh) or apptainer (a .sif or docker://...)"
     )
-    container_runtime: Literal["pyxis", "apptainer"] = "pyxis"
+    container_runtime: Literal["pyxis", "apptainer"] = Field("pyxis", description="how container_image runs: pyxis/enroot (srun --container-image) or apptainer")
     setup: list[ScriptLine] = Field(default_factory=list, description="shell lines run before the job (modules, venv)")
     additional: dict[SbatchFlag, ScriptValue] = Field(default_factory=dict, description="extra sbatch parameters")
 

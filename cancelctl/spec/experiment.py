@@ -4,7 +4,7 @@ An `ExperimentSpec` is one fully-resolved training run (minus nothing: the seed 
 per section of the spec file (model, data, algorithm, rollout, batching, budget, eval, tracking),
 with the `cluster:` block in `cluster`, the `lab:` block in `lab`, the `monitor:` block in `monitor`.
 The file a user writes is a `SweepSpec` (`sweep`); its expansion into runs is `expand`. Defaults
-follow the papers (see ../shared/SPEC.md). Executor and loss names are checked against their
+follow the papers (docs/losses.md). Executor and loss names are checked against their
 catalogs (`cancelctl.spec.executors`, `losses.catalog`), never against the code that runs them.
 """
 
@@ -59,16 +59,16 @@ MAX_SEED = 2**63 - 1
 
 class ModelSpec(Strict):
     path: str = Field("lab://tiny", description="HF path / local dir (verl) or lab://tiny")
-    dtype: Literal["fp32", "bf16"] = "bf16"
-    strategy: Literal["fsdp", "fsdp2", "megatron"] = "fsdp"
-    tensor_parallel: int = Field(1, ge=1)
-    pipeline_parallel: int = Field(1, ge=1)
+    dtype: Literal["fp32", "bf16"] = Field("bf16", description="the trainer's precision (megatron trains in bf16)")
+    strategy: Literal["fsdp", "fsdp2", "megatron"] = Field("fsdp", description="verl's training engine")
+    tensor_parallel: int = Field(1, ge=1, description="megatron: GPUs each layer's tensors are split over")
+    pipeline_parallel: int = Field(1, ge=1, description="megatron: pipeline stages the layers are split into")
     context_parallel: int = Field(
         1, ge=1, description="megatron: each sequence's tokens split over this many GPUs (long responses); "
         "tensor x pipeline x context parallel divides the GPUs"
     )
-    rollout_tensor_parallel: int = Field(1, ge=1)
-    gradient_checkpointing: bool = True
+    rollout_tensor_parallel: int = Field(1, ge=1, description="tensor-parallel GPUs of one rollout engine replica")
+    gradient_checkpointing: bool = Field(True, description="recompute activations in the backward pass: less memory, more time")
     template: str | None = Field(
         None, description="verl base settings under templates/verl/<name>.yaml (default: the strategy's)"
     )
@@ -79,11 +79,11 @@ class ModelSpec(Strict):
 
 
 class DataSpec(Strict):
-    train_files: list[str] = Field(default_factory=list)
-    val_files: list[str] = Field(default_factory=list)
+    train_files: list[str] = Field(default_factory=list, description="training data files (verl: parquet, json or jsonl); one path or a list")
+    val_files: list[str] = Field(default_factory=list, description="held-out files evaluated every eval.every steps; one path or a list")
     benchmarks: list[str] = Field(default_factory=list, description="names reported per benchmark")
-    max_prompt_length: int = Field(1024, ge=1)
-    max_response_length: int = Field(4096, ge=1)
+    max_prompt_length: int = Field(1024, ge=1, description="prompt tokens verl keeps (longer prompts are filtered out)")
+    max_response_length: int = Field(4096, ge=1, description="response tokens per rollout (rollout.max_new_tokens's default)")
     reward_function: str | None = Field(
         None,
         description="verl: FILE.py or FILE.py:NAME, a function (data_source, solution_str, ground_truth, extra_info) "
@@ -112,19 +112,21 @@ class DataSpec(Strict):
 class DfpoSpec(Strict):
     """DFPO options [D App. B]; read by the loss from `config.policy_loss`."""
 
-    transform: TransformName = "min_replace"
-    stop_grad: bool = True
+    transform: TransformName = Field(
+        "min_replace", description="group transformation of the post-clip sequence weights [D App. B]"
+    )
+    stop_grad: bool = Field(True, description="the transform under stop-gradient; false: the [D] Table 3 ablation")
     scale: float | None = Field(None, gt=0, description="ablation: s~ = scale * s-bar, no transform")
     eps1: float = Field(0.05, gt=0, description="trunc_rebalance floor [D eq. 52]")
 
 
 class TisSpec(Strict):
-    cap: float = Field(2.0, gt=0)
+    cap: float = Field(2.0, gt=0, description="C: token weight min(rho, C), truncated importance sampling")
 
 
 class DeltaSpec(Strict):
     delta: float = Field(..., ge=0, description="weight on tokens with pi_train(o|theta_old) < p_low [H eq. 17]")
-    p_low: float = Field(0.1, gt=0, lt=1)
+    p_low: float = Field(0.1, gt=0, lt=1, description="pi_low: the probability below which a token counts as low-probability [H eq. 18]")
 
 
 class NoiseSpec(Strict):
@@ -141,32 +143,34 @@ WRAPPER_FIELDS = ("inject_delta", "inject_noise", "probe")
 
 
 class AlgorithmSpec(Strict):
-    loss: LossName = "grpo"
+    loss: LossName = Field("grpo", description="the objective; on verl registered as cancel_<name>")
     verl_loss_mode: str | None = Field(
         None,
         description="verl backend: run verl's own built-in policy loss of this name (its registry: vanilla, gspo, "
         "sapo, ...) instead of cancelctl's cancel_<loss>, as plain verl runs it: loss_agg_mode and the clip default "
         "to verl's (token-mean, 0.2); validate warns where that differs from the paper the name cites",
     )
-    loss_agg_mode: AggMode | None = Field(None, description="default: per loss (gspo/dfpo seq-mean-token-mean)")
-    clip_low: float = Field(0.2, ge=0, lt=1, description="default: per loss (0.2; gspo/dfpo 3e-4, GSPO's published range)")
-    clip_high: float = Field(0.2, ge=0, description="default: per loss (0.2; gspo/dfpo 4e-4)")
+    loss_agg_mode: AggMode | None = Field(None, description="how the token terms aggregate into the loss (verl's modes)")
+    clip_low: float = Field(0.2, ge=0, lt=1, description="epsilon_low: the ratio's lower clip 1 - epsilon_low (gspo/dfpo: GSPO's published range)")
+    clip_high: float = Field(0.2, ge=0, description="epsilon_high: the ratio's upper clip 1 + epsilon_high")
     clip_dual_c: float = Field(3.0, gt=1, description="dual clip for A<0 (verl clip_ratio_c)")
-    dfpo: DfpoSpec = DfpoSpec()
-    tis: TisSpec | None = None
-    inject_delta: DeltaSpec | None = None
-    inject_noise: NoiseSpec | None = None
-    probe: ProbeName | None = None
+    dfpo: DfpoSpec = Field(DfpoSpec(), description="DFPO's options (loss: dfpo)")
+    tis: TisSpec | None = Field(None, description="truncated importance sampling [H §4.2]; null: off")
+    inject_delta: DeltaSpec | None = Field(None, description="weight delta on low-probability tokens [H eq. 17-18]; null: off")
+    inject_noise: NoiseSpec | None = Field(None, description="token weights ~ N(1, sigma^2) [H eq. 21]; null: off")
+    probe: ProbeName | None = Field(None, description="[C §3.2] probe: only rows with A > 0 (positive_only) or A < 0 (negative_only) get weight; null: off")
     monitor_delta: float = Field(2.0, description="delta used by the hacking/J monitor [H eq. 23]")
-    optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
+    optimizer: Literal["adamw", "adam", "sgd"] = Field("adamw", description="the policy's optimizer")
     lr: float | None = Field(None, gt=0, description="default: 1e-6 on verl (the papers' LLM value), 5e-4 on the lab")
-    weight_decay: float = Field(0.0, ge=0)
-    grad_clip: float = Field(1.0, gt=0)
-    ppo_epochs: int = Field(1, ge=1)
+    weight_decay: float = Field(0.0, ge=0, description="the optimizer's weight decay")
+    grad_clip: float = Field(1.0, gt=0, description="gradient-norm clip of each optimizer step")
+    ppo_epochs: int = Field(1, ge=1, description="passes over each step's batch")
     mini_batch_size: int | None = Field(None, ge=1, description="prompts per optimizer step; null = whole batch")
-    micro_batch_size_per_gpu: int = Field(2, ge=1)
-    kl_coef: float = Field(0.0, ge=0)
-    entropy_coef: float = Field(0.0, ge=0)
+    micro_batch_size_per_gpu: int = Field(
+        2, ge=1, description="rows per forward/backward on one GPU (gradient accumulation: memory, not the update)"
+    )
+    kl_coef: float = Field(0.0, ge=0, description="coefficient of the KL-to-reference loss; 0: off")
+    entropy_coef: float = Field(0.0, ge=0, description="coefficient of the entropy bonus; 0: off")
 
     @model_serializer(mode="wrap")
     def _dump(self, handler) -> dict[str, Any]:
@@ -214,10 +218,10 @@ class AlgorithmSpec(Strict):
 
 class RolloutSpec(Strict):
     G: int = Field(8, ge=2, description="rollouts per prompt (group size)")
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus-sampling threshold of the rollouts")
     max_new_tokens: int | None = Field(None, ge=1, description="default: data.max_response_length")
-    engine: Literal["vllm", "sglang"] = "vllm"
+    engine: Literal["vllm", "sglang"] = Field("vllm", description="verl's rollout engine (cluster.device cpu: cancelctl's hf_cpu)")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "bf16",
         description="the rollout's weights and activations: the lab's inference copy (fp32 without "
@@ -230,7 +234,7 @@ class RolloutSpec(Strict):
         description="lab: the inference copy rounds its logits (vocabulary and MoE router) to this many mantissa "
         "bits before sampling and before its log-probs (7 = bf16's, 10 = fp16's); null = no extra rounding",
     )
-    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1, description="share of a GPU's memory the rollout engine may take")
 
     @model_serializer(mode="wrap")
     def _dump(self, handler) -> dict[str, Any]:
@@ -238,7 +242,7 @@ class RolloutSpec(Strict):
 
 
 class BatchingSpec(Strict):
-    strategy: BatchingName = "default"
+    strategy: BatchingName = Field("default", description="which rows share an optimizer mini-batch [C §4]")
     min_frac: float = Field(0.25, gt=0, le=0.5, description="reward_balanced: n+ and n- >= min_frac |B|")
 
 
@@ -264,7 +268,7 @@ class BudgetSpec(Strict):
     update_steps: int | None = Field(
         None, ge=1, description="compute budget: the run ends at the first step whose optimizer steps reach it"
     )
-    prompts_per_step: int = Field(16, ge=1)
+    prompts_per_step: int = Field(16, ge=1, description="prompts per training step, each with G rollouts")
     checkpoint_every: int | None = Field(
         None, ge=1, description="verl: steps between checkpoints (a requeued run resumes from the last); default: the template's"
     )
@@ -343,20 +347,20 @@ class TrackingSpec(Strict):
 
 
 class ExperimentSpec(Strict):
-    backend: Literal["lab", "verl"] = "lab"
-    executor: ExecutorName = "local"
-    seed: int = Field(0, ge=0, le=MAX_SEED)
-    model: ModelSpec = ModelSpec()
-    data: DataSpec = DataSpec()
-    algorithm: AlgorithmSpec = AlgorithmSpec()
-    rollout: RolloutSpec = RolloutSpec()
-    batching: BatchingSpec = BatchingSpec()
-    budget: BudgetSpec = BudgetSpec()
-    eval: EvalSpec = EvalSpec()
-    cluster: ClusterSpec = ClusterSpec()
-    tracking: TrackingSpec = TrackingSpec()
-    lab: LabSpec = LabSpec()
-    monitor: MonitorSpec = MonitorSpec()
+    backend: Literal["lab", "verl"] = Field("lab", description="what trains a run: lab (the built-in CPU lab) or verl")
+    executor: ExecutorName = Field("local", description="where runs execute: local (one per core), slurm, or debug (in-process)")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="the run's seed (a sweep's `seeds` set it per run)")
+    model: ModelSpec = Field(ModelSpec(), description="the policy model and how it is parallelised")
+    data: DataSpec = Field(DataSpec(), description="training and held-out data, lengths and reward")
+    algorithm: AlgorithmSpec = Field(AlgorithmSpec(), description="the loss, its token-weight wrappers and the optimizer")
+    rollout: RolloutSpec = Field(RolloutSpec(), description="rollouts: group size G, sampling, precision")
+    batching: BatchingSpec = Field(BatchingSpec(), description="the order of rows in optimizer mini-batches")
+    budget: BudgetSpec = Field(BudgetSpec(), description="how long a run trains: steps or a compute budget")
+    eval: EvalSpec = Field(EvalSpec(), description="held-out evaluation")
+    cluster: ClusterSpec = Field(ClusterSpec(), description="what a run asks the scheduler for")
+    tracking: TrackingSpec = Field(TrackingSpec(), description="the MLflow store and experiment")
+    lab: LabSpec = Field(LabSpec(), description="the CPU lab's policy, task and warm start (ignored by verl)")
+    monitor: MonitorSpec = Field(MonitorSpec(), description="alert rules evaluated inside the job, and the stall watchdog")
 
     @property
     def max_new_tokens(self) -> int:
@@ -385,7 +389,7 @@ class ExperimentSpec(Strict):
         if self.batching.strategy == "sign_split" and catalog.needs_groups(self.algorithm.loss):
             raise ValueError(
                 f"batching.strategy sign_split puts a group's Â > 0 and Â < 0 rows in different mini-batches; "
-                f"{self.algorithm.loss} transforms the weights within each whole group (SPEC: DFPO 5): use another strategy"
+                f"{self.algorithm.loss} transforms the weights within each whole group (docs/losses.md#dfpo, step 5): use another strategy"
             )
         if self.backend == "lab" and self.algorithm.verl_loss_mode is not None:
             raise ValueError(

@@ -1,4 +1,4 @@
-"""Metric keys that more than one wing names (the table of keys is SPEC "Metric keys"): the spec's
+"""Metric keys that more than one wing names (the table of keys is docs/metrics.md): the spec's
 defaults (claims, monitor rules), the report and the CLI's options read them here."""
 
 from __future__ import annotations

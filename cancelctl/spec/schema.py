@@ -7,6 +7,7 @@ so the same schema serves both; grid/zip keys are dotted spec paths.
 
 from __future__ import annotations
 
+import re
 import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -68,13 +69,41 @@ def _is_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _row(name: str, field: FieldInfo) -> str:
-    kind = _type_name(field.annotation)
+def _per_loss_defaults() -> dict[str, str]:
+    """The defaults that depend on `algorithm.loss`, as the reference's default cell shows them: each value
+    with the losses that take it ("per loss: `0.2` grpo, dapo; `0.0003` gspo, dfpo")."""
+    from losses import catalog
+
+    def cell(value_of) -> str:
+        by_value: dict[str, list[str]] = {}
+        for name, info in catalog.LOSSES.items():
+            by_value.setdefault(_yaml_value(value_of(info)), []).append(name)
+        return "per loss: " + "; ".join(f"`{value}` {', '.join(names)}" for value, names in by_value.items())
+
+    return {
+        "algorithm.loss_agg_mode": cell(lambda info: info.default_agg_mode),
+        "algorithm.clip_low": cell(lambda info: info.default_clip[0]),
+        "algorithm.clip_high": cell(lambda info: info.default_clip[1]),
+    }
+
+
+def _linked(kind: str, links: dict[type, str]) -> str:
+    """A type cell with each spec model it names linked to the section that lists its fields."""
+    for model, anchor in links.items():
+        kind = re.sub(rf"\b{model.__name__}\b", f"[{model.__name__}](#{anchor})", kind)
+    return kind
+
+
+def _row(name: str, field: FieldInfo, links: dict[type, str] | None = None,
+         per_loss: dict[str, str] | None = None) -> str:
+    kind = _linked(_type_name(field.annotation), links or {})
     choices = next((m.json_schema.get("enum") for m in field.metadata
                     if isinstance(m, WithJsonSchema) and isinstance(m.json_schema, dict)), None)
     if choices:  # a name checked against a live catalog (losses, executors): its choices today
         kind = "one of " + ", ".join(f"`{c}`" for c in choices)
-    if field.is_required():
+    if per_loss and name in per_loss:
+        default = per_loss[name]
+    elif field.is_required():
         default = "required"
     elif field.default_factory is not None:
         default = f"`{_yaml_value(field.default_factory())}`"
@@ -89,7 +118,8 @@ def _row(name: str, field: FieldInfo) -> str:
     return f"| `{name}` | {kind} | {default} | {meaning} |"
 
 
-def fields_table(model: type[BaseModel], prefix: str) -> str:
+def fields_table(model: type[BaseModel], prefix: str, links: dict[type, str] | None = None,
+                 per_loss: dict[str, str] | None = None) -> str:
     """A Markdown table of a spec model's fields (type, default, description), each nested model's fields
     right after its own row: the guide's `lab:` table and every table of its spec reference."""
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
@@ -97,7 +127,7 @@ def fields_table(model: type[BaseModel], prefix: str) -> str:
     def add(model: type[BaseModel], prefix: str) -> None:
         for name, field in model.model_fields.items():
             path = f"{prefix}.{name}" if prefix else name
-            rows.append(_row(path, field))
+            rows.append(_row(path, field, links, per_loss))
             inner = _is_model(field.annotation)
             if inner is not None:
                 add(inner, path + ("[]" if get_origin(field.annotation) is list else ""))
@@ -116,6 +146,31 @@ def lab_fields_markdown() -> str:
 REFERENCE_PATH = "docs/reference.md"
 
 
+def _sections() -> dict[type, str]:
+    """Each spec model -> the anchor of the reference section whose table lists its fields: a block of
+    the experiment spec (`model`, `algorithm`, ...) and the models nested in it, or the claims'."""
+    from cancelctl.spec.claims import ClaimSpec
+
+    def nested(model: type[BaseModel]) -> list[type[BaseModel]]:
+        inner = [m for field in model.model_fields.values() for m in _models_in(field.annotation)]
+        return [model] + [n for m in inner for n in nested(m)]
+
+    links: dict[type, str] = {}
+    for name, field in ExperimentSpec.model_fields.items():
+        for model in _models_in(field.annotation):
+            links.update((m, name) for m in nested(model) if m not in links)
+    links.update((m, "claims-each-entry-of-claims") for m in nested(ClaimSpec) if m not in links)
+    links[ExperimentSpec] = "experiment-spec-base-and-every-arm"
+    return links
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The spec models a type names, at any depth (`X | None`, `list[X]`, a union of models)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
 def _doc(model: type) -> str:
     """A model's own docstring as one paragraph (none: empty)."""
     return " ".join((model.__dict__.get("__doc__") or "").split())
@@ -126,6 +181,7 @@ def spec_reference_markdown() -> str:
     take, one table per block, from the spec models; tests/test_readme.py fails when the page is stale."""
     from cancelctl.spec.claims import ClaimSpec
 
+    links = _sections()
     out = [
         "# Spec reference",
         "",
@@ -139,27 +195,29 @@ def spec_reference_markdown() -> str:
         "",
         _doc(SweepSpec),
         "",
-        _top_level(SweepSpec),
+        _top_level(SweepSpec, links),
         "",
         "## Experiment spec: `base` and every arm",
         "",
         "`base` is an experiment spec and every arm a patch on it (nested mappings, merged). Fields with no",
         "block:",
         "",
-        _top_level(ExperimentSpec),
+        _top_level(ExperimentSpec, links),
     ]
     blocks = [(name, field) for name, field in ExperimentSpec.model_fields.items() if _is_model(field.annotation)]
+    per_loss = _per_loss_defaults()
     for name, field in blocks:
         model = _is_model(field.annotation)
-        out += ["", f"### `{name}`", ""] + ([_doc(model), ""] if _doc(model) else []) + [fields_table(model, name)]
-    out += ["", "## Claims: each entry of `claims`", "", _doc(ClaimSpec), "", fields_table(ClaimSpec, "claims[]")]
+        out += ["", f"### `{name}`", ""] + ([_doc(model), ""] if _doc(model) else [])
+        out += [fields_table(model, name, links, per_loss)]
+    out += ["", "## Claims: each entry of `claims`", "", _doc(ClaimSpec), "", fields_table(ClaimSpec, "claims[]", links)]
     return "\n".join(out) + "\n"
 
 
-def _top_level(model: type[BaseModel]) -> str:
+def _top_level(model: type[BaseModel], links: dict[type, str]) -> str:
     """A model's own fields, nested models named but not expanded (they get tables of their own)."""
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
-    rows += [_row(name, field) for name, field in model.model_fields.items()]
+    rows += [_row(name, field, links) for name, field in model.model_fields.items()]
     return "\n".join(rows)
 
 

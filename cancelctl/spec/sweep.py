@@ -30,17 +30,21 @@ class SweepSpec(Strict):
     """The YAML file. Arms are patches (nested mappings) applied on `base`."""
 
     name: Annotated[str, AfterValidator(_a_name)] = Field(
-        ..., json_schema_extra={"pattern": SWEEP_NAME.pattern, "maxLength": MAX_NAME_LENGTH}
+        ...,
+        json_schema_extra={"pattern": SWEEP_NAME.pattern, "maxLength": MAX_NAME_LENGTH},
+        description="the sweep's name: its folder in the work dir and, by default, its MLflow experiment",
     )
-    description: str = ""
+    description: str = Field("", description="free text on what the sweep is for")
     base: dict[str, Any] = Field(default_factory=dict, description="an ExperimentSpec (partial)")
     arms: dict[str, dict[str, Any]] = Field(
         default_factory=lambda: {"default": {}}, description="arm name -> patch on base"
     )
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="dotted path -> values (cartesian)")
     zip: dict[str, list[Any]] = Field(default_factory=dict, description="dotted paths -> paired value lists")
-    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(default_factory=lambda: [0], min_length=1)
-    baseline: str | None = None
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(
+        default_factory=lambda: [0], min_length=1, description="the seeds every arm runs at every grid point"
+    )
+    baseline: str | None = Field(None, description="the arm the report compares the others with (report --baseline overrides it)")
     claims: list[ClaimSpec] = Field(
         default_factory=list, description="the papers' testable claims this sweep can judge (cancelctl.verdicts)"
     )

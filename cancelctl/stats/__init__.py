@@ -27,7 +27,8 @@ file, prints, plots or touches MLflow: the report (`cancelctl.report`) hands the
     sequential     the safe t-test's e-process: anytime-valid decisions at every look (sweep --until-decided)
     sequential_verdicts  the claims of a sweep run until decided, judged at every look, Bonferroni on e-values
 
-Sources: [D] = shared/papers/000_*.txt (DFPO), [H] = 004_*.txt (App. D: alert order), ScaleRL = arXiv
-2510.13786, rliable = Agarwal et al. 2021, arXiv 2108.13264, Chen et al. 2021 = arXiv 2107.03374 (pass@k), SPEC.md "Reports". Where a paper leaves a choice open
+Sources (docs/bibliography.md): [D] (DFPO), [H] (App. D: alert order), ScaleRL = arXiv 2510.13786,
+rliable = Agarwal et al. 2021, arXiv 2108.13264, Chen et al. 2021 = arXiv 2107.03374 (pass@k); what each
+table computes: docs/statistics.md. Where a paper leaves a choice open
 the decision is stated in the docstring.
 """

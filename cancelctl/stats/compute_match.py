@@ -1,4 +1,5 @@
-"""The compute-matched protocol on what the runs logged [D §5, SPEC "Reports"]: arms of one comparison
+"""The compute-matched protocol on what the runs logged [D §5,
+docs/statistics.md#compute-matched-protocol]: arms of one comparison
 group must match on G, and on the compute their budget axis fixes: update steps exactly and generated
 tokens within a tolerance for a step budget, tokens alone for a token budget, update steps alone for
 an update-step budget (`MATCHED_ON`)."""
@@ -62,7 +63,8 @@ def check_compute_matched(
     metrics: pd.DataFrame | dict[str, pd.DataFrame],
     tol: float = TOKEN_TOL,
 ) -> list[ComputeViolation]:
-    """Within each comparison group, do the arms match on logged compute? [D §5, SPEC "Reports"]
+    """Within each comparison group, do the arms match on logged compute? [D §5,
+    docs/statistics.md#compute-matched-protocol]
 
     - G must be identical across every run of the group;
     - what else follows the runs' budget axis (`budget_axis`; unknown: a step budget), one for the group:

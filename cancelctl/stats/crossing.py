@@ -54,7 +54,7 @@ def compute_at_reward(
     kappa: float,
     smooth_window: int = 1,
 ) -> float | None:
-    """Compute@Reward=κ [D Table 2, SPEC "Reports"]: the cumulative compute at which the training
+    """Compute@Reward=κ [D Table 2, docs/statistics.md#compute-to-reach-a-reward]: the cumulative compute at which the training
     reward first reaches κ; None when it never does (never a number for "not reached").
 
     Decision: the default `smooth_window=1` applies no smoothing, as [D] defines it ("first

@@ -13,7 +13,7 @@ each side at 2.5%, so each one-sided test is taken at α/2 and its p is reported
 and p < α = 0.05 exactly when the 95% interval lies wholly on that side of the boundary (0, or the
 margin). Holm's adjustment only raises p, so a supported claim's interval never reaches its
 boundary and a contradicted one's never reaches into the predicted side. The price: a true null is
-wrongly supported at ≤ α/2 per claim (SPEC: "at or below its α"), and a one-sided claim needs the
+wrongly supported at ≤ α/2 per claim (docs/claims.md#claims: "at most α/2 of the time"), and a one-sided claim needs the
 seeds of a two-sided test (`paired.seeds_for_power` at α/2).
 """
 

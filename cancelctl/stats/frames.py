@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-# compute axis name -> cumulative metric key logged by every backend (SPEC "Per-step metrics")
+# compute axis name -> cumulative metric key logged by every backend (docs/metrics.md#compute)
 COMPUTE_KEYS = {
     "tokens": "compute/gen_tokens_cum",
     "updates": "compute/update_steps_cum",

@@ -1,7 +1,7 @@
 """Did the arms of one comparison group run on the same hardware? The kernels a run's numbers come from
 differ between GPU types (A100 40 GB beside 80 GB, H100 beside H200: common on mixed partitions) and
 between CPU kernel levels (AVX2 / AVX512 / AMX change float summation order): the same lab seeds
-collapsed on one machine and not on another (issue 38.6). Checked like compute (`compute_match`):
+collapsed on one machine and not on another. Checked like compute (`compute_match`):
 a violation the report refuses unless forced."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Compute-scaling fits [ScaleRL: Khatri et al. 2025, "The Art of Scaling Reinforcement Learning
-Compute for LLMs", arXiv 2510.13786; SPEC "Reports"]: the sigmoidal compute–performance curve
+Compute for LLMs", arXiv 2510.13786; docs/statistics.md#compute-scaling-fit]: the sigmoidal compute–performance curve
 
     R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B)                                    (ScaleRL eq. 1)
 

@@ -13,7 +13,7 @@ are `verdict_rules` (paired and trend claims, on `claim_values`' number per run)
 `verdict_types.Judging` and `options.ComparisonOptions`.
 
 Decisions, stated once:
-- The verdict and the interval shown beside it come from one test (SPEC "Claims"): each one-sided
+- The verdict and the interval shown beside it come from one test (docs/claims.md#claims): each one-sided
   test is taken at α/2, the level of one tail of the 95% interval, and its p is shown doubled
   (`evidence.doubled`), so p < α exactly when the interval lies wholly on that side. Directional
   claims (higher / lower): "supported" is a rejection of "arm − versus ≤ 0" (for higher), a true

@@ -1,4 +1,4 @@
-"""Group advantages [D eq. 43] (SPEC "Notation")."""
+"""Group advantages [D eq. 43] (docs/losses.md#notation)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DFPO (SPEC "DFPO, exactly"): value, per-token gradient, ablations, partial groups, metrics."""
+"""DFPO (docs/losses.md#dfpo): value, per-token gradient, ablations, partial groups, metrics."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_stop_grad_gradient_is_s_tilde_times_advantage_over_length(b, name):
 
 def test_min_replace_gradient_by_hand_and_clipped_rows_keep_their_gradient(b):
     """Independent of losses.transform: s̃ = min over the group; rows whose s̄ was clipped are not
-    zeroed (SPEC 3: the clip only shapes the value of s̄)."""
+    zeroed (docs/losses.md#dfpo, step 3: the clip only shapes the value of s̄)."""
     loss, _ = run(b, transform="min_replace")
     grad = grad_of(loss, b.log_prob)
     s_bar = post_clip_weights(b)
@@ -76,7 +76,7 @@ def test_token_mean_aggregation_normalises_by_all_tokens(b):
 
 
 def by_hand_no_stop_grad(b: Batch, name: str) -> torch.Tensor:
-    """SPEC 4: loss = −(1/N) Σ_i Â_i s̃_i(θ) ℓ_i(θ), s̃ differentiable, ℓ_i the row's mean log-prob."""
+    """[D] Table 3 (docs/losses.md#dfpo, step 4): loss = −(1/N) Σ_i Â_i s̃_i(θ) ℓ_i(θ), s̃ differentiable, ℓ_i the row's mean log-prob."""
     mask = b.response_mask
     s = torch.exp(((b.log_prob - b.old_log_prob) * mask).sum(-1) / b.lengths)
     c = s.clamp(1 - CLIP, 1 + CLIP)

@@ -1,4 +1,4 @@
-"""Batch-tensor metrics of SPEC's table: mismatch/*, hacking/J, dfpo/asym, dfpo/ortho_residual."""
+"""Batch-tensor metrics of docs/metrics.md: mismatch/*, hacking/J, dfpo/asym, dfpo/ortho_residual."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_dfpo_asym_and_ortho_residual_by_hand():
 
 
 def test_weight_dispersion_is_the_mean_over_groups_of_std_over_mean():
-    """SPEC `dfpo/weight_dispersion`: mean_g std_i(w)/mean_i(w) (population std); scale-free; 0 for
+    """`dfpo/weight_dispersion` (docs/metrics.md#dfpo): mean_g std_i(w)/mean_i(w) (population std); scale-free; 0 for
     one weight per group (min_replace), where `asym` still reads w²·Var(Â)."""
     from losses.metrics import group_asymmetry, weight_dispersion
 
@@ -69,7 +69,7 @@ def test_weight_dispersion_is_the_mean_over_groups_of_std_over_mean():
 
 
 def test_groups_whose_advantages_are_all_zero_are_left_out():
-    """SPEC: both group means run over the groups with a non-zero Â. A dead group keeps whatever
+    """docs/metrics.md#dfpo: both group means run over the groups with a non-zero Â. A dead group keeps whatever
     weights it had (min_replace transforms nothing there): counting it would read > 0 under min_replace."""
     from losses.metrics import group_asymmetry, live_groups, weight_dispersion
     from losses.transforms import transform

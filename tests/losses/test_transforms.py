@@ -47,7 +47,7 @@ def test_every_transform_is_orthogonal_to_advantages(name, data):
     assert out.shape == weights.shape and out.dtype == weights.dtype
     for rows in per_group(gid):
         assert abs((adv[rows] * out[rows]).sum().item()) < 1e-6
-        if (adv[rows] == 0).all():  # ‖Â‖ = 0: left unchanged (SPEC)
+        if (adv[rows] == 0).all():  # ‖Â‖ = 0: left unchanged (docs/losses.md#group-transformations)
             assert torch.equal(out[rows], weights[rows])
 
 
@@ -87,7 +87,7 @@ def test_pos_orth_qp_matches_a_qp_solver(data):
     for rows in per_group(gid):
         w, a = weights[rows].numpy(), adv[rows].numpy()
         if not np.any(a):
-            continue  # Â ≡ 0: s̄ kept as is, even negative (SPEC)
+            continue  # Â ≡ 0: s̄ kept as is, even negative (docs/losses.md#group-transformations)
         assert (out[rows] >= 0).all()
         np.testing.assert_allclose(out[rows].numpy(), qp_reference(w, a), atol=1e-6, rtol=0)
 
@@ -105,7 +105,7 @@ def test_pos_orth_qp_worked_example():
 @SETTINGS
 @given(data=grouped_weights(), eps1=st.sampled_from([0.01, 0.05, 0.3]))
 def test_trunc_rebalance_scales_one_side_by_a_coefficient_in_0_1(data, eps1):
-    """[D eq. 52-55] with SPEC's sign fix for β: s⁺ = max(s̄, ε₁); one side × α or β ∈ (0, 1]; the
+    """[D eq. 52-55] with the sign fix for β of docs/losses.md#group-transformations: s⁺ = max(s̄, ε₁); one side × α or β ∈ (0, 1]; the
     other side untouched (≥ ε₁); everything > 0."""
     weights, adv, gid = data
     out = losses.transform("trunc_rebalance", weights, adv, gid, eps1=eps1)

@@ -173,7 +173,7 @@ def test_wrapped_losses_keep_their_own_defaults_and_group_ids(b):
     assert "dfpo/asym" in metrics
 
 
-# Issue 37.7: the probes' weights are written in one pass (the comparison writes fp32 1.0 / 0.0) instead of
+# The probes' weights are written in one pass (the comparison writes fp32 1.0 / 0.0) instead of
 # a bool tensor converted in a second one. The math must not move by one bit: compare with the former form.
 
 

@@ -57,7 +57,7 @@ def test_unmatched_arms_are_refused_with_names_and_numbers(tmp_path):
 
 
 def test_arms_on_different_gpus_are_refused_and_the_report_says_what_the_runs_ran_on(tmp_path):
-    """Issue 38.6: an A100 40 GB arm beside an 80 GB one is refused like unmatched compute; forced,
+    """An A100 40 GB arm beside an 80 GB one is refused like unmatched compute; forced,
     every table of that group says so, and the compute table names the hardware."""
     runs, metrics = synthetic_sweep()
     runs["hardware_cpu_kernels"] = "AVX512 avx2 avx512f"
@@ -128,7 +128,7 @@ window.addEventListener("load", () => document.body.setAttribute("data-layout", 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless check needs Debian's chromium")
 @pytest.mark.parametrize("width", [1400, 800])
 def test_the_html_report_fits_the_screen_in_headless_chromium(report, tmp_path, width):
-    """Issue 38.3: at 1400 px the claims table ran off the page's right edge. Measured in the browser:
+    """At 1400 px the claims table once ran off the page's right edge. Measured in the browser:
     the page itself never scrolls sideways (wide tables scroll inside their box), no plot passes the edge."""
     probed = tmp_path / "probed.html"
     probed.write_text((report.out_dir / "report.html").read_text().replace("</body>", LAYOUT_PROBE + "</body>"))

@@ -65,7 +65,7 @@ def test_without_rounds_the_claims_table_is_the_fixed_n_one(tmp_path):
 
 def test_a_round_being_submitted_is_not_a_spent_budget():
     """`sweep --until-decided` judges look 1, records look 2 (reaching --max-seeds) and submits it:
-    look 1's undecided rows are not "decided no (seed budget spent)" while that round runs (issue 35:
+    look 1's undecided rows are not "decided no (seed budget spent)" while that round runs (once,
     `budget_spent` read the new look's seeds beside the old look's verdicts)."""
     from cancelctl.report.sequential_claims import budget_spent
     from cancelctl.stats.sequential_verdicts import judge_looks

@@ -14,7 +14,7 @@ CLAIMS = [
         {"id": "energy-wrong", "source": "[D] §6.1", "statement": "planted wrong way round",
          "metric": {"kind": "mean", "key": "cancel/energy_b{last}"}, "direction": "higher",
          "arm": "dfpo", "versus": "gspo"},
-        {"id": "dispersion", "source": "SPEC", "statement": "not logged in this sweep",
+        {"id": "dispersion", "source": "docs/metrics.md", "statement": "not logged in this sweep",
          "metric": {"kind": "mean", "key": "dfpo/weight_dispersion"}, "direction": "lower",
          "arm": "dfpo", "versus": "gspo"},
     )
@@ -35,7 +35,7 @@ def test_claims_table_judges_each_claim_per_group(tmp_path):
 
 
 def test_claims_only_hides_every_other_table_and_leaves_the_written_report_alone(tmp_path):
-    """Issue 35: `report --claims-only` rewrote report.md (100 → 18 lines) and report.html with the
+    """`report --claims-only` once rewrote report.md (100 → 18 lines) and report.html with the
     claims alone. It prints the claims; the folder keeps the last full report, byte for byte."""
     full = report_for(tmp_path, claims=CLAIMS, plots=False)
     written = {path: path.read_bytes() for path in sorted(full.out_dir.rglob("*")) if path.is_file()}

@@ -9,7 +9,7 @@ from cancelctl.report.plots import _finish
 
 
 def test_a_one_panel_figures_long_title_is_wrapped_inside_it_and_its_legend_sits_below(tmp_path):
-    """Issue 38.3: a one-group sweep's reward plot (5.4 in wide) showed "raining reward vs compute"."""
+    """A one-group sweep's reward plot (5.4 in wide) once showed "raining reward vs compute"."""
     fig = Figure(figsize=(5.4, 3.6), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()

@@ -237,7 +237,7 @@ claims:
 
 
 def test_validate_warns_about_a_collapse_claim_on_a_rule_that_is_off(write_yaml):
-    """Issue 35: a collapse claim on a rule an arm turned off read "0/4 vs 0/4, inconclusive"; it cannot
+    """A collapse claim on a rule an arm turned off once read "0/4 vs 0/4, inconclusive"; it cannot
     be judged, and `validate` says so (the file stays valid: the other claims and the runs are fine)."""
     from typer.testing import CliRunner
 

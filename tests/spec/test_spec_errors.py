@@ -138,7 +138,7 @@ def test_unknown_yaml_tag(write_yaml):
     assert issue.location.line == 1 and "YAML" in issue.message
 
 
-# --- issue 12: encodings, limits, coercion, merge keys, cross-field errors with a field path -------
+# --- encodings, limits, coercion, merge keys, cross-field errors with a field path -------
 
 
 def write_bytes(tmp_path, raw: bytes):

@@ -75,7 +75,7 @@ def test_time_to_collapse_uses_stopped_runs_as_events_and_finished_runs_as_censo
 
 
 def test_time_to_collapse_with_no_collapse_says_so_instead_of_a_zero_difference():
-    """No run of either arm collapsed: there is no time to compare (issue 35: it printed +0 [+0, +0],
+    """No run of either arm collapsed: there is no time to compare (it once printed +0 [+0, +0],
     inconclusive); the claim says so as the alert order does, and stays out of Holm's family."""
     [v] = judge([claim("time_to_collapse", rule="reward_collapse")], {})  # the rule reads the logged reward
     assert v.status == "cannot judge" and v.reason == "no run of bad or ok collapsed (reward_collapse)"
@@ -83,7 +83,7 @@ def test_time_to_collapse_with_no_collapse_says_so_instead_of_a_zero_difference(
 
 
 def test_a_claim_on_a_rule_that_is_off_is_not_judged():
-    """Issue 35: arm 'ok' turned entropy_collapse off — its 0 of 5 is no evidence of "never collapses";
+    """Arm 'ok' turned entropy_collapse off — its 0 of 5 is no evidence of "never collapses";
     every outcome kind on that rule says so instead of "0/5 vs 0/5, inconclusive"."""
     claims = [claim("collapse_rate"), claim("time_to_collapse"), claim("alert_order")]
     runs, metrics, alerts, stops = sweep({0: 40, 1: 55})

@@ -1,6 +1,6 @@
 """The safe t-test's e-process (`cancelctl.stats.sequential`): its closed form against the integral it
 stands for, mean 1 under the null, scale invariance, growth under an effect, the decision walk —
-and, by simulation, the claim of issue 23: however many looks, a true null is wrongly "supported"
+and, by simulation, the claim it exists for: however many looks, a true null is wrongly "supported"
 at a rate ≤ α, where the fixed-n test repeated at every look exceeds α."""
 
 from __future__ import annotations

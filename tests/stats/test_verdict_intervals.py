@@ -1,4 +1,4 @@
-"""No false verdict: a verdict never contradicts the 95% interval shown beside it (issue 35, SPEC "Claims").
+"""No false verdict: a verdict never contradicts the 95% interval shown beside it (docs/claims.md#claims).
 
 Every claim of every shipped sweep file (experiments/*.yaml) is judged on synthetic frames with
 planted effects of several sizes — continuous metrics and whole-step ones (steps to κ logged every
@@ -142,7 +142,7 @@ def steps_sweep(steps_to_kappa: dict[str, list[int]]) -> tuple:
 
 
 def test_the_lab_demos_whole_step_case_is_not_supported():
-    """Issue 35's case: D-P1-steps at G = 8 on four seeds, steps to κ 10 apart — differences
+    """The case found in a lab run: D-P1-steps at G = 8 on four seeds, steps to κ 10 apart — differences
     {−10, −10, 0, 0}, effect −5.0 [−14.2, +4.2]. The bootstrap-t read it "supported", p < 0.001 (no
     resample of two values is as extreme as the data); its interval crosses 0."""
     [claim] = [c for c in shipped_claims()["lab-claims-dfpo.yaml"] if c.id == "D-P1-steps"]
@@ -197,7 +197,7 @@ def test_false_supported_rate_with_a_discrete_metric_stays_at_or_below_alpha(kin
 
 
 def test_a_row_decided_alone_but_not_after_holm_says_so():
-    """Issue 35: an interval wholly on one side beside a bare "leans against" reads as a contradiction;
+    """An interval wholly on one side beside a bare "leans against" reads as a contradiction;
     the cell says its own test decided and Holm across the report's claims did not."""
     from cancelctl.report.claims import verdict_text
     from cancelctl.stats.verdicts import Verdict

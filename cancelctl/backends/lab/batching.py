@@ -1,4 +1,4 @@
-"""Batching strategies [C §4] (SPEC "Batching strategies"): which rows share an optimizer mini-batch.
+"""Batching strategies [C §4] (docs/losses.md#batching-strategies): which rows share an optimizer mini-batch.
 
 `minibatches` splits one update batch into lists of row indices; `RewardBalancedBuffer` decides
 which rollouts form the update batch at all under `reward_balanced`.

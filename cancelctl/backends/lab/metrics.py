@@ -30,7 +30,7 @@ __all__ = ["N_BUCKETS", "STEP_KEYS", "TEMPLATE_BOOST_KEY", "LogOddsProbe", "buck
 N_BUCKETS = 4
 TEMPLATE_BOOST_KEY = "cancel/boost_template"  # [C §3.2]: the template's share of the step's boost
 
-# Logged at every training step (SPEC "Per-step metrics", verl's names); eval adds `eval_metrics`.
+# Logged at every training step (docs/metrics.md, verl's names); eval adds `eval_metrics`.
 STEP_KEYS = (
     REWARD_KEY,
     "actor/entropy",

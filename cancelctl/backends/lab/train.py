@@ -193,7 +193,7 @@ class LabRun:
                     f"(algorithm.lr={spec.algorithm.lr:g}, grad_clip={spec.algorithm.grad_clip:g})"
                 )
             missing = set(STEP_KEYS) - set(metrics)
-            if missing:  # a backend that silently drops a SPEC key breaks every report downstream
+            if missing:  # a backend that silently drops a metric key (docs/metrics.md) breaks every report downstream
                 raise RuntimeError(f"lab step {step} lacks metric keys {sorted(missing)}")
             self.progress.step, self.progress.last_metrics = step, metrics
             if logged_through is None or step > logged_through:
@@ -344,7 +344,7 @@ class LabRun:
     ) -> dict[str, float]:
         """One optimizer step on the mini-batch `rows`; returns this pass's loss metrics.
 
-        DFPO needs whole groups (SPEC "DFPO, exactly" 5). When the strategy splits groups across
+        DFPO needs whole groups (docs/losses.md#dfpo, step 5). When the strategy splits groups across
         mini-batches, the pass runs on the whole batch so s̃ (stop-grad) is computed over whole
         groups at the current θ, and a 0/1 row weight restricts the gradient to the mini-batch;
         the aggregation denominators are the mini-batch's (global_batch_info). The loss's own

@@ -1,4 +1,5 @@
-"""Offline validation of rendered verl runs against verl's installed Hydra config (notes §8).
+"""Offline validation of rendered verl runs against verl's installed Hydra config
+(docs/verl-internals.md#config-keys-and-offline-composition).
 
 For each run: render (errors → issues), then compose the override list as `main_ppo` would,
 `OmegaConf.resolve`, and, when `import verl` works (CPU is enough), verl's own `validate_config`,

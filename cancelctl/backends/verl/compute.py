@@ -1,6 +1,6 @@
-"""SPEC's compute keys for a verl run, derived from verl's own per-step metrics.
+"""The compute keys (docs/metrics.md#compute) of a verl run, derived from verl's own per-step metrics.
 
-verl 0.9.1 logs no generated-token count (see ../shared/notes/verl-0.9.1.md §7, "Compute accounting"),
+verl 0.9.1 logs no generated-token count (docs/verl-internals.md#compute-accounting),
 so the report's compute axes are derived here, per step, from what it does log:
 - `compute/gen_tokens`      = `response_length/mean` × trained trajectories (prompts per step × G): the
                               response tokens of the step's batch, when every rollout is trained; under
@@ -34,7 +34,7 @@ DISCARDED_CUM = "batching/discarded_rollouts_cum"
 
 
 class ComputeAccount:
-    """Adds the SPEC compute keys to each step's verl metrics."""
+    """Adds the compute keys to each step's verl metrics."""
 
     def __init__(self, run: RunSpec, history: Iterable[tuple[int, Mapping[str, float]]] = ()) -> None:
         spec = run.spec

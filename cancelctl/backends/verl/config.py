@@ -1,14 +1,14 @@
 """verl's `policy_loss` config extended with our loss options (imports verl: only used on verl jobs).
 
 verl builds `actor.policy_loss` with `hydra.utils.instantiate`, so unknown keys there fail dataclass
-conversion (notes/verl-0.9.1.md §3). The rendered overrides point `policy_loss._target_` here and
+conversion (docs/verl-internals.md#loading-the-plugin-in-every-process). The rendered overrides point `policy_loss._target_` here and
 add our fields with `+actor_rollout_ref.actor.policy_loss.<field>=...`; inside the worker the
 registered `cancel_*` losses read them as `config.policy_loss.<field>`. Defaults equal the spec's
 defaults (cancelctl/spec/experiment.py), a test keeps them in step.
 
 Field names: the DFPO ones are those `losses.dfpo` reads (`losses.config.policy_option`); the
 wrapper ones (inject_*, probe) are what the verl plugin reads to apply the token-weight wrappers of
-`losses.weights` inside verl; monitor_delta, mechanism_every and energy_buckets set the SPEC
+`losses.weights` inside verl; monitor_delta, mechanism_every and energy_buckets set the
 mechanism metrics the plugin adds to the loss's metrics.
 """
 
@@ -24,7 +24,7 @@ from losses.catalog import PROBES, TRANSFORMS
 
 @dataclass
 class CancelPolicyLossConfig(PolicyLossConfig):
-    """Options of the `cancel_*` losses and token-weight wrappers (SPEC.md, Losses / wrappers).
+    """Options of the `cancel_*` losses and token-weight wrappers (docs/losses.md).
 
     Args:
         transform: DFPO group transformation of the post-clip sequence weights [D App. B].
@@ -40,7 +40,7 @@ class CancelPolicyLossConfig(PolicyLossConfig):
         probe: "positive_only" / "negative_only" row masks [C §3.2]; None = off.
         monitor_delta: delta of the hacking/J monitor metric [H eq. 23].
         mechanism_every: compute `cancel/energy_b{k}` and `cancel/flip_pos|neg` on every K-th loss
-            call (micro-batch) of a worker; 0 = off (SPEC: optional, their cost is in
+            call (micro-batch) of a worker; 0 = off (optional, docs/metrics.md#cancel; their cost is in
             benchmarks/bench_verl_update.py). verl gives a loss no step counter: with M micro-batches
             per step, K = M·k is every k steps.
         energy_buckets: token-frequency buckets of `cancel/energy_b{k}` [D eq. 24].

@@ -3,7 +3,7 @@
 Runs verl's job command (command.py: the rendered `python -m verl.trainer.main_ppo ...` with the
 job's checkpoints, Hydra output and file logger in the run folder, resumed from a checkpoint whose
 step the run has logged) as a child process in its own session, and supervises it: while it runs,
-its metrics are forwarded to cancelctl's RunLogger (forward.py: the SPEC keys, the compute keys, the
+its metrics are forwarded to cancelctl's RunLogger (forward.py: the keys of docs/metrics.md, the compute keys, the
 spec's monitor rules and the token budget see every step), and its stderr is copied to the job's and
 its tail kept (`StderrTail`), so that a failed verl is reported with the exception a worker raised
 (`root_exception`), not only Ray's wrappers.

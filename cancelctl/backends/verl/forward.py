@@ -3,11 +3,11 @@
 verl runs with its `file` logger (command.py); `MetricsForwarder` tails that JSONL and logs each
 complete step's numeric metrics (metrics.jsonl record + buffered MLflow, `cancelctl sync` for gaps).
 The metric keys are verl's own, sanitised as verl's MLflow logger does (`@` → `_at_`), except the
-SPEC mechanism keys (mismatch/*, hacking/J, dfpo/*, cancel/*): the `cancel_*` losses compute them
+The mechanism keys of docs/metrics.md (mismatch/*, hacking/J, dfpo/*, cancel/*): the `cancel_*` losses compute them
 inside verl's actor update (losses/verl_metrics.py) and verl prefixes every actor metric with
-`actor/`; they are logged under the SPEC keys, as the lab does.
+`actor/`; they are logged under those keys, as the lab does.
 
-On the way (`monitored`, the forwarder's `derive`): the SPEC compute keys (generated tokens, update
+On the way (`monitored`, the forwarder's `derive`): the compute keys (generated tokens, update
 steps, GPU-hours) from verl's own metrics (`compute.ComputeAccount`), so `cancelctl report` has its
 compute axes for verl runs; the spec's monitor rules (`cancelctl.jobs.monitor.RunMonitor`), which see
 every forwarded step as in the lab; and a generated-token budget (`budget.gen_tokens`, `TokenBudget`):
@@ -33,12 +33,12 @@ from cancelctl.tracking.runfiles import iter_metrics_lines
 # verl's MLflow key sanitising (utils/tracking.py), so keys match what verl itself would log.
 _INVALID_KEY_CHARS = re.compile(r"[^/\w.\- :]")
 _SLASHES = re.compile(r"/+")
-# SPEC mechanism keys the loss plugin logs; verl's _update_actor prefixes them with "actor/".
+# mechanism keys (docs/metrics.md) the loss plugin logs; verl's _update_actor prefixes them with "actor/".
 MECHANISM_PREFIXES = ("mismatch/", "hacking/", "dfpo/", "cancel/")
 
 
 def spec_key(key: str) -> str:
-    """verl's `actor/dfpo/asym` → the SPEC's `dfpo/asym`; other keys unchanged."""
+    """verl's `actor/dfpo/asym` → `dfpo/asym` (docs/metrics.md); other keys unchanged."""
     inner = key[len("actor/") :] if key.startswith("actor/") else None
     return inner if inner is not None and inner.startswith(MECHANISM_PREFIXES) else key
 
@@ -55,7 +55,7 @@ class MetricsForwarder:
     ):
         self.path = Path(path)
         self.logger = logger
-        self.derive = derive  # adds derived keys (the SPEC compute keys) to a step's metrics
+        self.derive = derive  # adds derived keys (the compute keys) to a step's metrics
         self.skip_through = skip_through  # steps an earlier attempt logged: a resumed verl replays them
         self.replayed: set[int] = set()
         self.offset = 0

@@ -2,7 +2,8 @@
 mini- and micro-batch sizes, and the ranks they are spread over — with the checks verl itself would
 only make mid-run, on the cluster.
 
-Batching on verl (SPEC.md, Batching strategies; notes §2, §4), all on verl's default V1 trainer:
+Batching on verl (docs/losses.md#batching-strategies;
+docs/verl-internals.md#the-batch-order), all on verl's default V1 trainer:
 - `default`: the V1 trainer as shipped (it balances sequence lengths across ranks and scatters a
   prompt's rollouts over ranks and mini-batches).
 - `query_preserved`: cancelctl's registered V1 trainer (`trainer.v1.trainer_mode=cancelctl`,
@@ -16,7 +17,7 @@ Batching on verl (SPEC.md, Batching strategies; notes §2, §4), all on verl's d
 - `reward_balanced`: verl's sync trainer with the custom sampler `sampler.RewardBalancedReplayBuffer`
   (`trainer.v1.sampler.custom_sampler`), `data.gen_batch_size=1` so it can refill any number of
   prompts.
-- DFPO transforms weights inside each group (SPEC.md, DFPO step 5), so a dfpo run always gets the
+- DFPO transforms weights inside each group (docs/losses.md#dfpo, step 5), so a dfpo run always gets the
   query-preserving order, whatever `batching.strategy` says (`default`, `query_preserved`, or
   `reward_balanced`, whose sampler selects whole groups); dfpo with `sign_split` is refused (that
   control puts a group's positive and negative rows in different mini-batches by design).
@@ -49,7 +50,7 @@ def group_aligned_micro_batch(spec: ExperimentSpec) -> int:
     """Smallest multiple of G not below the requested micro-batch: a micro-batch of whole groups.
 
     Micro-batching only splits the gradient accumulation (verl aggregates with the global batch
-    size, notes §1), so this changes memory use, not the update.
+    size: docs/verl-internals.md#whole-groups-in-micro-batches), so this changes memory use, not the update.
     """
     G, micro = spec.rollout.G, spec.algorithm.micro_batch_size_per_gpu
     return G * math.ceil(micro / G)
@@ -65,7 +66,7 @@ def apply_batch_layout(run: RunSpec, template: Template, out: OverrideSet) -> No
         out.set("trainer.v1.sampler.custom_sampler.path", f"pkg://{REWARD_BALANCED_SAMPLER_MODULE}")
         out.set("trainer.v1.sampler.custom_sampler.name", REWARD_BALANCED_SAMPLER_CLASS)
         out.set("trainer.v1.sampler.sampler_kwargs.min_frac", spec.batching.min_frac, add=True)
-        out.set("data.gen_batch_size", 1)  # refill in any number of prompts (notes §4)
+        out.set("data.gen_batch_size", 1)  # refill in any number of prompts (docs/verl-internals.md#reward-balanced-sampling)
     if order != "default":
         if order == "query_preserved":
             dp = data_parallel_size(run, template)

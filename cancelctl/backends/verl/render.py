@@ -1,7 +1,7 @@
 """A verl RunSpec → the Hydra override list and command for `python -m verl.trainer.main_ppo`.
 
 Order of the list: the template's base settings (templates/verl/), then the spec's settings, which
-win on the same key. Keys are verl 0.9.1's (see ../shared/notes/verl-0.9.1.md §8); `validate_runs`
+win on the same key. Keys are verl 0.9.1's (docs/verl-internals.md#config-keys-and-offline-composition); `validate_runs`
 composes the result against the installed config.
 
 One function per verl config area (model, data, rollout, algorithm, optimizer, batch layout,
@@ -215,7 +215,7 @@ def _data(run: RunSpec, out: OverrideSet) -> None:
     # `_trainer` switches validation off.
     out.set("data.val_files", list(spec.data.val_files or spec.data.train_files))
     out.set("data.max_prompt_length", spec.data.max_prompt_length)
-    # Only consumed as the rollout's response length (notes §8); keep both equal to the cap.
+    # Only consumed as the rollout's response length (docs/verl-internals.md#config-keys-and-offline-composition); keep both equal to the cap.
     out.set("data.max_response_length", spec.max_new_tokens)
     out.set("data.train_batch_size", spec.budget.prompts_per_step)
     out.set("data.seed", spec.seed)
@@ -252,7 +252,7 @@ def _algorithm(run: RunSpec, out: OverrideSet) -> None:
     spec = run.spec
     alg = spec.algorithm
     out.set("algorithm.adv_estimator", "grpo")
-    out.set("algorithm.norm_adv_by_std_in_grpo", True)  # SPEC: A = (R - mean) / (std + 1e-6)
+    out.set("algorithm.norm_adv_by_std_in_grpo", True)  # [D] eq. 43: A = (R - mean) / (std + 1e-6)
     out.set(f"{POLICY_LOSS}._target_", POLICY_LOSS_TARGET)
     out.set(f"{POLICY_LOSS}.loss_mode", loss_mode(alg.loss, alg.verl_loss_mode))
     if alg.loss == "dfpo":
@@ -284,7 +284,7 @@ def _algorithm(run: RunSpec, out: OverrideSet) -> None:
     out.set(f"{ACTOR}.data_loader_seed", spec.seed)
     _optimizer(run, out)
 
-    if alg.tis is not None:  # SPEC: tis(cap=C) = verl's token-level truncated IS (notes §6)
+    if alg.tis is not None:  # tis(cap=C) = verl's token-level truncated IS (docs/losses.md#token-weight-wrappers)
         out.set("algorithm.rollout_correction.rollout_is", "token")
         out.set("algorithm.rollout_correction.rollout_is_threshold", alg.tis.cap)
 

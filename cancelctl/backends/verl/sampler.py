@@ -6,7 +6,7 @@ max_off_policy_threshold, max_off_policy_strategy, sampler_kwargs, refill_fn`). 
 `sampler_kwargs.min_frac` and `.max_rounds` and sets `data.gen_batch_size=1`, so `refill_fn(k)`
 accepts any k.
 
-Per training step (SPEC "Batching strategies", the lab's `RewardBalancedBuffer` semantics):
+Per training step (docs/losses.md#batching-strategies, the lab's `RewardBalancedBuffer` semantics):
 1. wait until no prompt of the step is pending or running (sync mode is on-policy: the rollout
    replicas sleep after sampling, so nothing may stay in flight);
 2. choose `batch_size` whole finished groups greedily (`choose_balanced_groups`) so that the update

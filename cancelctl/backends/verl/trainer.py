@@ -1,4 +1,5 @@
-"""cancelctl's V1 trainer for verl 0.9.1: the stock sync trainer with the SPEC batch orders [C §4].
+"""cancelctl's V1 trainer for verl 0.9.1: the stock sync trainer with the batch orders of [C] §4
+(docs/losses.md#batching-strategies).
 
 Registered with verl's own `@register_trainer("cancelctl")` and selected with
 `trainer.v1.trainer_mode=cancelctl` plus `+trainer.v1.cancelctl.batching=<order>` (layout.py writes

@@ -181,7 +181,7 @@ def test_spec_mechanism_keys_come_out_of_a_real_update(verl_run):
     shares = [metrics[f"cancel/energy_b{k}"] for k in range(4)]
     assert sum(shares) == pytest.approx(1.0) and min(shares) >= 0
     assert 0 < metrics["mismatch/rho_std"] < 0.2 and metrics["mismatch/pcc"] > 0.5  # the runner's 0.05 log-prob noise
-    assert metrics["dfpo/weight_dispersion"] == 0.0  # min_replace: one weight per live group, exactly (SPEC)
+    assert metrics["dfpo/weight_dispersion"] == 0.0  # min_replace: one weight per live group, exactly (docs/metrics.md#dfpo)
     gspo = ok(results, "cancel_gspo")
     assert gspo["dfpo/weight_dispersion"] > 0  # GSPO: post-clip weights differ within a group at step 2
     assert "cancel/energy_b0" not in gspo  # mechanism_every defaults to 0: off

@@ -1,4 +1,4 @@
-"""SPEC batching strategies inside verl 0.9.1's V1 trainer, on verl's own batch objects (no GPU, no Ray).
+"""The batching strategies (docs/losses.md#batching-strategies) inside verl 0.9.1's V1 trainer, on verl's own batch objects (no GPU, no Ray).
 
 - query_preserved / sign_split: the registered trainer's `_balance_batch` reorders a real V1 batch
   (a TransferQueue `KVBatchMeta`); the rows then go through verl's own DP chunking

@@ -1,4 +1,4 @@
-"""The SPEC compute keys derived from verl's own per-step metrics (verl logs no generated-token count)."""
+"""The compute keys (docs/metrics.md#compute) derived from verl's own per-step metrics (verl logs no generated-token count)."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def test_one_rank_makes_its_group_although_the_picked_port_is_taken(taken_port):
 
 
 def test_importing_it_does_nothing(taken_port):
-    """A config that still names it as `actor_rollout_ref.model.external_lib` (before issue 36) runs:
+    """A config that still names it as `actor_rollout_ref.model.external_lib` (as configs once did) runs:
     the import makes no group, the platform makes it later; without the variables the call does nothing."""
     out = run_python("""
         import os, torch.distributed as dist

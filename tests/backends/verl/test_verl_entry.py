@@ -73,12 +73,12 @@ def test_train_runs_verl_and_forwards_metrics(make_run, fake_verl):
     logger = ListLogger()
     result = train(make_run(), fake_verl, logger)
     assert [step for step, _ in logger.points] == [1, 2]
-    # verl's numeric keys (sanitised as verl's MLflow logger does) plus the SPEC compute keys derived
+    # verl's numeric keys (sanitised as verl's MLflow logger does) plus the compute keys derived
     # from them: 32 prompts × G 4 trajectories, 2 mini-batches of 16 per step
     assert logger.points[1][1] == {
         "actor/pg_loss": 0.25, "val-core/aime/acc/mean_at_32": 0.2, "response_length/mean": 20.0,
         "compute/gen_tokens": 20.0 * 128, "compute/gen_tokens_cum": 30.0 * 128, "compute/update_steps_cum": 4.0,
-        "dfpo/asym": 0.3, "cancel/energy_b0": 0.4,  # the loss plugin's SPEC keys, as verl logs them (actor/...)
+        "dfpo/asym": 0.3, "cancel/energy_b0": 0.4,  # the loss plugin's keys, as verl logs them (actor/...)
     }
     assert result == logger.points[1][1]
     argv = json.loads((fake_verl / "argv.json").read_text())

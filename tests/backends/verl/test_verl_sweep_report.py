@@ -2,7 +2,7 @@
 for `python -m verl.trainer.main_ppo` → MLflow → `report`. The stand-in is the only mock (the verl run
 needs GPUs): it reads the overrides cancelctl rendered and writes verl's file-logger JSONL with verl's
 own metric keys (no generated-token count, like verl), its reward rising faster under cancel_grpo, and
-the SPEC mechanism keys as verl logs what the `cancel_*` losses return (`actor/<key>`, averaged over
+the mechanism keys (docs/metrics.md) as verl logs what the `cancel_*` losses return (`actor/<key>`, averaged over
 micro-batches): dfpo's weights constant in each group (dispersion 0), GSPO's not."""
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def test_verl_sweep_lands_in_mlflow_and_reports_on_the_derived_compute(small_gro
     assert list(display.columns) == ["benchmark", "arm", "G=4", "G=8"]
     assert (report.out_dir / "report.html").is_file()
 
-    # the mechanism table, from verl's actor/<key> metrics forwarded under the SPEC keys
+    # the mechanism table, from verl's actor/<key> metrics forwarded under the keys of docs/metrics.md
     mech = report.table("mechanisms").data.set_index(["group", "arm", "key"])
     for key in ("dfpo/asym", "dfpo/weight_dispersion", "mismatch/rho_std", "hacking/J", "cancel/energy_b3",
                 "cancel/flip_pos", "cancel/flip_neg"):

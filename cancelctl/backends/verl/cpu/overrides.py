@@ -2,7 +2,7 @@
 
 cancelctl renders these for a spec with `cluster.device: cpu`; README's verl section lists the same
 command (`cpu_command()`). Plain data: importing this module imports neither verl nor Hydra.
-Sources (verl 0.9.1 file:line) are in ../shared/notes/verl-e2e-cpu.md; one line of why per item here.
+One line of why per item here (verl 0.9.1's own files where it helps; docs/verl.md#verl-on-cpu).
 The process-group workaround for verl's `utils/distributed.py:89` needs no override: the `cpu` platform
 makes the group itself (cpu/platform.py).
 """

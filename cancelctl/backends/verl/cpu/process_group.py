@@ -8,7 +8,7 @@ already exists (`distributed.py:90`), so `init_gloo_process_group` creates a pla
 Called by the `cpu` platform's `communication_backend_name()` (cpu/platform.py), which verl calls while
 building that string: in the worker, after verl's `Worker` has set RANK/WORLD_SIZE/MASTER_ADDR/
 MASTER_PORT, just before `init_process_group` — so every CPU run gets its group, plain main_ppo
-commands included, with nothing in the run's config. (Until issue 36 it was imported through
+commands included, with nothing in the run's config. (It used to be imported through
 `actor_rollout_ref.model.external_lib`; importing this module now does nothing, so such a config
 still runs.) Why not at `import verl` (the `verl.plugins` entry point): a Ray worker does not know its
 rendezvous address yet (rank 0 picks MASTER_PORT at run time), and it would block every importing
