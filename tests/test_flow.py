@@ -223,9 +223,11 @@ def test_the_graph_sees_the_imports_it_guards():
     assert "cancelctl.stats.claim_values" in graph["cancelctl.stats.verdict_rules"]
     assert "cancelctl.stats.verdicts" not in full["cancelctl.stats.verdict_rules"] | full["cancelctl.stats.outcomes"]
     assert {"cancelctl.installed"} <= graph["cancelctl.launch.preflight"] & graph["cancelctl.backends.verl.render"]
-    assert "cancelctl.spec.metric_keys" in graph["cancelctl.spec.claims"] and "cancelctl.spec.metric_keys" in graph[
+    assert "cancelctl.spec.metric_keys" in graph["cancelctl.spec.claim_metric"] and "cancelctl.spec.metric_keys" in graph[
         "cancelctl.spec.monitor"]
     assert io_in_stats(ROOT) == [] and (ROOT / "cancelctl" / "stats" / "intervals.py").exists()
+    # one table of what each claim direction predicts, read by the tests and the e-values alike
+    assert {"cancelctl.spec.directions"} <= graph["cancelctl.stats.evidence"] & graph["cancelctl.stats.sequential"]
     # the modules split by job (issue 37.3) and who uses them
     assert {"losses.verl_adapter", "losses.verl_metrics"} <= graph["losses.verl_plugin"]
     assert "losses.verl_adapter" not in graph["losses.verl_metrics"] and "losses.verl_adapter" in full["losses.verl_metrics"]
