@@ -48,8 +48,8 @@ FORBIDDEN = [
     # modules with one job each (issue 37.3): the parts a split made point one way
     ("losses.verl_adapter", "losses.verl_plugin", "importing the plugin registers and patches: the adapter never does"),
     ("losses.verl_metrics", "losses.verl_plugin", "importing the plugin registers and patches: the metrics never do"),
-    ("cancelctl.backends.verl.forward", "cancelctl.backends.verl.entry", "forwarding never imports the child's supervision"),
-    ("cancelctl.backends.verl.command", "cancelctl.backends.verl.entry", "the job command never imports its supervision"),
+    ("cancelctl.backends.verl.forward", "cancelctl.backends.verl.supervisor", "forwarding never imports the child's supervision"),
+    ("cancelctl.backends.verl.command", "cancelctl.backends.verl.supervisor", "the job command never imports its supervision"),
     ("cancelctl.backends.verl.command", "cancelctl.backends.verl.forward", "the job command never imports the forwarder"),
     ("cancelctl.jobs.children", "cancelctl", "stopping a child is a leaf: the verl job and the Ray cluster share it"),
     *[("cancelctl.spec", wing, "the spec wing imports nothing that runs jobs") for wing in RUNS_JOBS],
@@ -232,7 +232,7 @@ def test_the_graph_sees_the_imports_it_guards():
     assert {"losses.verl_adapter", "losses.verl_metrics"} <= graph["losses.verl_plugin"]
     assert "losses.verl_adapter" not in graph["losses.verl_metrics"] and "losses.verl_adapter" in full["losses.verl_metrics"]
     assert {"cancelctl.backends.verl.command", "cancelctl.backends.verl.forward", "cancelctl.jobs.children"} <= graph[
-        "cancelctl.backends.verl.entry"]
+        "cancelctl.backends.verl.supervisor"]
     assert "cancelctl.jobs.children" in graph["cancelctl.jobs.raycluster"]
 
 

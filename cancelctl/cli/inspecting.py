@@ -6,21 +6,34 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from cancelctl.cli.common import WorkdirOpt, console, err_console, fail_input, load_sweep_file, say, workdir_path
+from cancelctl.cli.common import (
+    AllowUnmatched,
+    SweepFile,
+    Workdir,
+    console,
+    err_console,
+    executor_option,
+    fail_input,
+    load_sweep_file,
+    say,
+    workdir_path,
+)
 from cancelctl.errors import ArgumentError
 
 
 def validate(
-    paths: list[Path] = typer.Argument(..., help="Sweep files (YAML)."),
-    allow_unmatched: bool = typer.Option(False, help="Accept arms that are not compute-matched."),
-    skip_verl: bool = typer.Option(False, help="Skip composing verl configs with Hydra."),
-    skip_data: bool = typer.Option(False, help="Do not read verl runs' data files (e.g. they exist only on the cluster)."),
+    paths: Annotated[list[Path], typer.Argument(help="Sweep files (YAML).")],
+    *,
+    allow_unmatched: AllowUnmatched = False,
+    skip_verl: Annotated[bool, typer.Option("--skip-verl", help="Skip composing verl configs with Hydra.")] = False,
+    skip_data: Annotated[bool, typer.Option(
+        "--skip-data", help="Do not read verl runs' data files (e.g. they exist only on the cluster).")] = False,
 ) -> None:
     """Validate sweep files: schema, expansion, compute matching, verl's real config (offline) and
     the verl runs' data files."""
@@ -54,9 +67,10 @@ def _print_validation(report) -> None:
 
 
 def plan(
-    path: Path = typer.Argument(..., help="Sweep file."),
-    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
-    allow_unmatched: bool = typer.Option(False, help="Accept arms that are not compute-matched."),
+    path: SweepFile,
+    *,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    allow_unmatched: AllowUnmatched = False,
 ) -> None:
     """List the runs a sweep expands to, with stable run ids, planned compute, the allocations of
     cluster.time_min each SLURM run is expected to need, and each verl configuration's
@@ -202,7 +216,7 @@ def _si(n: float) -> str:
     return f"{n:.3g}".replace("e+", "e")
 
 
-def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file.")) -> None:
+def schema(*, output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file.")] = None) -> None:
     """JSON Schema of the sweep file (for yaml-language-server / editors)."""
     from cancelctl.spec.schema import sweep_json_schema
 
@@ -216,9 +230,10 @@ def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="W
 
 
 def render(
-    path: Path = typer.Argument(..., help="Sweep file."),
-    run: str = typer.Option(..., "--run", help="Run id (or run name) from `cancelctl plan`."),
-    workdir: Optional[Path] = WorkdirOpt,
+    path: SweepFile,
+    *,
+    run: Annotated[str, typer.Option("--run", help="Run id (or run name) from `cancelctl plan`.")],
+    workdir: Workdir = None,
 ) -> None:
     """Show what the backend would launch: the verl command + overrides, or the lab config; with
     executor slurm, the exact sbatch script and in-task commands (Ray start-up on multi-node runs)."""
@@ -250,24 +265,25 @@ def render(
 
 
 def smoke(
-    path: Path = typer.Argument(..., help="Sweep file."),
-    executor: str = typer.Option("local", help="Where the smoke jobs run: local (this machine) or slurm."),
-    partition: Optional[str] = typer.Option(None, help="SLURM partition for the CPU smoke jobs (default: the spec's)."),
-    model: Optional[str] = typer.Option(
-        None, help="A folder (or cached hub id) whose config and tokenizer stand in for the specs' model.path."),
-    resume_each: bool = typer.Option(
-        False, help="Resume every configuration (default: one per checkpoint family: model, trainer, sampler)."),
-    workdir: Optional[Path] = WorkdirOpt,
+    path: SweepFile,
+    *,
+    executor: Annotated[str, executor_option("Where the smoke jobs run: local (this machine) or slurm.")] = "local",
+    partition: Annotated[Optional[str], typer.Option(
+        "--partition", help="SLURM partition for the CPU smoke jobs (default: the spec's).")] = None,
+    model: Annotated[Optional[str], typer.Option(
+        "--model", help="A folder (or cached hub id) whose config and tokenizer stand in for the specs' model.path.")] = None,
+    resume_each: Annotated[bool, typer.Option(
+        "--resume-each",
+        help="Resume every configuration (default: one per checkpoint family: model, trainer, sampler).")] = False,
+    workdir: Workdir = None,
 ) -> None:
     """Run every distinct verl configuration (arm x grid point, one seed) for two real training steps,
     a checkpoint and a resume, on CPU with a tiny model of its family and the first rows of its data.
     Refused first, before any job: data verl could not read, and prompts that max_prompt_length would
     leave fewer than a step of. Exit 0 only when every configuration passes."""
     from cancelctl.backends.validate import validate_files
-    from cancelctl.spec.executors import check_executor_name
     from cancelctl.smoke import run_smoke
 
-    check_executor_name(executor)
     sweep = load_sweep_file(path, allow_unmatched=True)  # compute matching is the sweep's business, not the smoke's
     # the data files and their prompts' lengths, before any job
     # GPU memory is validate's: the smoke runs a tiny model of the family on CPU

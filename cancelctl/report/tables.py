@@ -24,7 +24,7 @@ from cancelctl.report.formatting import (
     fmt_p,
     fmt_ratio,
 )
-from cancelctl.report.model import (
+from cancelctl.report.prepared import (
     ENERGY_KEY,
     ENTROPY_KEY,
     G_AXIS,

@@ -16,7 +16,7 @@ from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
-from cancelctl.spec.metric_keys import REWARD_KEY
+from cancelctl.spec.metric_keys import REWARD_KEY, ComputeAxis
 from cancelctl.spec.monitor import RuleName
 from cancelctl.spec.strict import Strict
 
@@ -43,7 +43,6 @@ OUTCOME_KINDS = ("collapse_rate", "time_to_collapse", "alert_order")
 # compute-scaling fit over the budget's compute (its curve ends at the stop, often falling). Every
 # other curve kind is defined on the curve up to the stop (steps/compute to κ: if κ was reached before it).
 NEEDS_WHOLE_RUN = ("final", *SCALING_KINDS)
-ComputeAxis = Literal["tokens", "updates", "hours"]
 
 _RULE_SCHEMA = {"enum": list(get_args(RuleName))}
 # one rule or a list of them; read as a list, so a misspelt rule is one error naming the choices

@@ -54,7 +54,7 @@ def per_run(
     if isinstance(metric, StepsToKappaMetric):  # compute_to_kappa too
         threshold = metric.kappa if metric.kappa is not None else kappa
         if threshold is None:
-            return none, "no κ: give metric.kappa in the claim or the report's threshold", []
+            return none, "no κ: give metric.kappa in the claim or the report's --kappa", []
     if isinstance(metric, (ComputeToKappaMetric, ScalingMetric)):
         compute_key = COMPUTE_KEYS[metric.compute]
         if compute_key not in by_key:

@@ -49,10 +49,9 @@ from cancelctl.jobs.monitor import RunMonitor, lr_spike
 from cancelctl.spec.experiment import AlgorithmSpec, ExperimentSpec
 from cancelctl.spec.run import RunSpec
 from cancelctl.workdir import RunFolder
-from losses.metrics import dfpo_weight_dispersion
+from losses.metrics import MONITOR_P_LOW, dfpo_weight_dispersion
 
 LOGODDS_PROBES = 16  # eval prompts whose digits-vs-words log-odds is tracked [D App. A.3]
-MONITOR_P_LOW = 0.1  # π_low of the hacking/J monitor [H eq. 23]
 
 
 class MetricLogger(Protocol):
