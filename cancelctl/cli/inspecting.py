@@ -76,40 +76,16 @@ def plan(
     cluster.time_min each SLURM run is expected to need, and each verl configuration's
     estimated GPU memory per GPU, where the model's config.json is on this machine (with --json, also the
     prompts verl keeps under max_prompt_length, where the data and the tokenizer are on this machine)."""
-    from cancelctl.spec.batching import minibatch_order, minibatch_order_note
+    from cancelctl.backends.plan_rows import plan_rows
+    from cancelctl.spec.batching import minibatch_order_note
 
     sweep = load_sweep_file(path, allow_unmatched=allow_unmatched)
-    memory, memory_skipped = _gpu_memory(sweep)
-    limits = _time_limits(sweep)
+    planned = plan_rows(sweep)
     if as_json:
-        rows = [
-            {
-                "name": r.name,
-                "arm": r.arm,
-                "axes": r.axes,
-                "seed": r.seed,
-                "run_id": r.run_id,
-                "group": r.group,
-                "backend": r.spec.backend,
-                "executor": r.spec.executor,
-                "clip_low": r.spec.algorithm.clip_low,
-                "clip_high": r.spec.algorithm.clip_high,
-                "batching": r.spec.batching.strategy,
-                "minibatch_order": minibatch_order(r.spec),  # what the update does, the same on every backend
-                "budget_axis": r.spec.budget.axis,
-                "budget": r.spec.budget.amount,
-                **{f"planned_{k}": v for k, v in r.planned_compute().items()},
-            }
-            for r in sweep.runs
-        ]
-        lengths, skipped = _prompt_lengths(sweep)
-        for row in rows:
-            row["prompt_lengths"] = lengths.get(row["run_id"])
-            row["gpu_memory"] = memory[row["run_id"]].to_json() if row["run_id"] in memory else None
-            row["time_limit"] = limits[row["run_id"]].to_json() if row["run_id"] in limits else None
-        typer.echo(json.dumps({"sweep": sweep.name, "baseline": sweep.spec.baseline, "runs": rows,
-                               "prompt_lengths_skipped": skipped or None,
-                               "gpu_memory_skipped": memory_skipped or None}, indent=2))
+        typer.echo(json.dumps({"sweep": sweep.name, "baseline": sweep.spec.baseline,
+                               "runs": [row.to_json() for row in planned.rows],
+                               "prompt_lengths_skipped": planned.prompt_lengths_skipped or None,
+                               "gpu_memory_skipped": planned.gpu_memory_skipped or None}, indent=2))
         return
     axes = list(sweep.runs[0].axes) if sweep.runs else []
     table = Table(title=f"{sweep.name}: {len(sweep.runs)} runs", title_justify="left", box=None, pad_edge=False)
@@ -118,39 +94,37 @@ def plan(
         table.add_column(col, no_wrap=True)
     for col in ("budget", "gen tokens", "updates"):
         table.add_column(col, no_wrap=True, justify="right")
-    if limits:
+    if planned.has_time_limits:
         table.add_column("allocations", no_wrap=True, justify="right")
-    if memory:
+    if planned.has_gpu_memory:
         table.add_column("GPU memory (GiB per GPU)", no_wrap=True)
-    lengths, lengths_skipped = _prompt_lengths(sweep)
-    if lengths:
+    if planned.has_prompt_lengths:
         table.add_column("prompts kept", no_wrap=True)
-    for r in sweep.runs:
-        c = r.planned_compute()
+    for row in planned.rows:
+        r, c = row.run, row.run.planned_compute()
         table.add_row(
             r.name, r.arm, *[str(r.axes[a]) for a in axes], str(r.seed), r.run_id, r.spec.backend, r.spec.executor,
             r.spec.algorithm.loss, f"{r.spec.algorithm.clip_low:g}/{r.spec.algorithm.clip_high:g}",
             minibatch_order_note(r.spec), _budget(r.spec.budget), _si(c["gen_tokens"]),
             "at the budget" if c["update_steps"] is None else f"{c['update_steps']:,}",  # known when the run ends
-            *([_allocations_cell(limits.get(r.run_id))] if limits else []),
-            *([_memory_cell(memory.get(r.run_id))] if memory else []),
-            *([_prompts_cell(lengths.get(r.run_id))] if lengths else []),
+            *([_allocations_cell(row.time_limit)] if planned.has_time_limits else []),
+            *([_leveled(*row.memory_cell())] if planned.has_gpu_memory else []),
+            *([_leveled(*row.prompts_cell())] if planned.has_prompt_lengths else []),
         )
     console.print(table)
-    if lengths_skipped:
-        console.print(Text(lengths_skipped, style="dim"), highlight=False, soft_wrap=True)
-    if memory_skipped:
-        console.print(Text(memory_skipped, style="dim"), highlight=False, soft_wrap=True)
+    if planned.prompt_lengths_skipped:
+        console.print(Text(planned.prompt_lengths_skipped, style="dim"), highlight=False, soft_wrap=True)
+    if planned.gpu_memory_skipped:
+        console.print(Text(planned.gpu_memory_skipped, style="dim"), highlight=False, soft_wrap=True)
     for w in sweep.warnings:
         say(err_console, "NOT compute-matched:", "yellow", w)
 
 
-def _time_limits(sweep) -> dict:
-    """Each SLURM run's time-limit plan (jobs.time_limit): the allocations it is expected to need."""
-    from cancelctl.executors.registry import get_executor
-    from cancelctl.jobs.time_limit import time_limit_plan
+LEVEL_STYLE = {"": "", "warn": "yellow", "refused": "bold red"}
 
-    return {r.run_id: time_limit_plan(r) for r in sweep.runs if get_executor(r.spec.executor).has_time_limit}
+
+def _leveled(text: str, level: str) -> Text:
+    return Text(text, style=LEVEL_STYLE[level])
 
 
 def _allocations_cell(limit) -> Text:
@@ -158,42 +132,6 @@ def _allocations_cell(limit) -> Text:
     if limit is None or limit.allocations is None:
         return Text("-")
     return Text(str(limit.allocations), style="" if limit.holds_one_step else "yellow")
-
-
-def _prompt_lengths(sweep) -> tuple[dict[str, list[dict]], str]:
-    """Each verl run's prompt counts under max_prompt_length (backends.verl.prompt_lengths), and why
-    they were not measured, where the data or the tokenizer is not on this machine."""
-    if not any(r.spec.backend == "verl" for r in sweep.runs):
-        return {}, ""
-    from cancelctl.backends.verl.prompt_lengths import measure_runs
-
-    checks, skipped = measure_runs(sweep.runs)
-    return {run_id: [c.to_json() for c in found] for run_id, found in checks.items()}, skipped
-
-
-def _gpu_memory(sweep) -> tuple[dict, str]:
-    """Each GPU verl run's memory estimate (backends.verl.memory_check), and why it was not estimated."""
-    if not any(r.spec.backend == "verl" for r in sweep.runs):
-        return {}, ""  # the lab runs on this machine's CPU: no GPU memory
-    from cancelctl.backends.verl.memory_check import estimate_runs
-
-    return estimate_runs(sweep.runs)
-
-
-def _prompts_cell(checks: list[dict] | None) -> Text:
-    """"train 16,837/17,398 · val 38/38": prompts verl keeps under max_prompt_length, of those in the files."""
-    from cancelctl.backends.verl.prompt_lengths import TRAIN
-
-    if not checks:
-        return Text("-")
-    text = " · ".join(f"{'train' if c['field'] == TRAIN else 'val'} {c['kept']:,}/{c['prompts']:,}" for c in checks)
-    return Text(text, style="bold red" if any(c["refused"] for c in checks) else ("yellow" if any(c["dropped"] for c in checks) else ""))
-
-
-def _memory_cell(check) -> Text:
-    if check is None:
-        return Text("-")
-    return Text(check.note(), style="bold red" if check.problem else "")
 
 
 BUDGET_UNITS = {"steps": "steps", "gen_tokens": "tokens", "update_steps": "updates"}
@@ -242,26 +180,17 @@ def render(
     if not match:
         fail_input(ArgumentError(f"--run {run!r}: no such run in {path} (see `cancelctl plan {path}`)"))
     target = match[0]
-    from cancelctl.backends.workload import workload_lines
+    from cancelctl.backends.workload import render_notes, rendered_run, workload_lines
     from cancelctl.executors import get_executor
 
     job = get_executor(target.spec.executor).render_job(
         target, workdir_path(workdir), lambda run_dir: workload_lines(target, run_dir))
     if job is not None:  # e.g. SLURM: the sbatch script and in-task commands
         typer.echo(job, nl=False)
-    elif target.spec.backend == "verl":
-        from cancelctl.backends.verl import format_command, render_command
-        from cancelctl.backends.verl.render import job_env
-
-        typer.echo(format_command(render_command(target), job_env(target)))
     else:
-        typer.echo(json.dumps(target.to_json(), indent=2))
-    if target.spec.backend == "verl":  # on stderr: the command stays pasteable
-        from cancelctl.backends.verl.render import rollout_precision_note
-        from cancelctl.jobs.hardware import cpu_flags
-
-        if note := rollout_precision_note(target, cpu_flags()):
-            say(err_console, "note:", "yellow", note)
+        typer.echo(rendered_run(target))
+    for note in render_notes(target):  # on stderr: the command stays pasteable
+        say(err_console, "note:", "yellow", note)
 
 
 def smoke(
