@@ -3,7 +3,7 @@ bootstrap) and after (Student's t), simulated at the lab's seed spreads: n = 3, 
 
 Each cell is the share of simulated seed sets whose interval holds the true mean ± its Monte Carlo
 standard error. Families: normal, beta (bounded like an accuracy) and lognormal (right-skewed) at the
-largest relative sd of the lab demo's arms (`cancelctl.bench.intervals.LAB_DEMO_FINAL`), and t3
+largest relative sd of the lab demo's arms (`benchmarks/interval_coverage.py`: LAB_DEMO_FINAL), and t3
 (heavy symmetric tails). The target: ≥ 93% at every n.
 Usage: python benchmarks/bench_intervals.py [--trials 2000] [--n-boot 1000] [--rel-sd 0.42]
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from cancelctl.bench.intervals import FAMILIES, LAB_DEMO_FINAL, METHODS, coverage
+from interval_coverage import FAMILIES, LAB_DEMO_FINAL, METHODS, coverage  # its sibling: run as a script
 
 NS = (3, 4, 5, 10)
 

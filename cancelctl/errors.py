@@ -1,13 +1,15 @@
-"""The project's errors, as the CLI's one handler (`cancelctl.cli.common.report_failure`) shows them:
+"""The project's errors, as the CLI's one handler (`cancelctl.cli.common.VerbGroup.invoke`) shows them:
 
     SpecError          bad input: file:line:col, the dotted field path and what was expected; exit 2,
-                       nothing submitted
+                       nothing submitted (ArgumentError: a command-line argument or a name given there)
     CancelctlError     a runtime failure (the scheduler, the work dir, the tracking store, a missing
                        extra): its message says what failed and what to do; exit 1
+    OSError            an OS error met on the work dir: `os_error_message`'s screen; exit 1
 """
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 
 from cancelctl.spec.yamlpos import Location
@@ -49,10 +51,12 @@ class SpecError(Exception):
 
 
 class UnmatchedArmsError(SpecError):
-    """Arms in one comparison group differ in compute (docs/statistics.md#compute-matched-protocol)."""
+    """Arms in one comparison group differ in compute (docs/statistics.md#compute-matched-protocol): planned,
+    when a sweep is loaded, or logged, when it is reported. Exit code 2."""
 
-    def __init__(self, issues: list[SpecIssue]):
-        super().__init__(issues, title="arms are not compute-matched (pass --allow-unmatched to run anyway)")
+    def __init__(self, issues: list[SpecIssue] | list[str],
+                 title: str = "arms are not compute-matched (pass --allow-unmatched to run anyway)"):
+        super().__init__(list(issues), title=title)
 
 
 class ArgumentError(SpecError):
@@ -80,3 +84,26 @@ class WorkdirStateError(CancelctlError):
     full, read-only): the message names the path, the cause and how to recover. Exit code 1."""
 
     exit_code = 1
+
+
+class SchedulerError(CancelctlError, RuntimeError):
+    """A scheduler command failed, timed out or is missing (exit 1 at the CLI)."""
+
+
+_OS_ERROR_HINTS = {
+    errno.ENOSPC: "free space there (or pass --workdir elsewhere), then rerun; runs that failed on it resume with --retry-failed",
+    errno.EDQUOT: "your disk quota is used up: free space (or pass --workdir elsewhere), then rerun with --retry-failed",
+    errno.EROFS: "the file system is read-only: pass --workdir (or set $CANCELCTL_WORKDIR) to a writable place",
+    errno.EACCES: "no permission to write there: fix its permissions or pass --workdir elsewhere",
+    errno.EPERM: "no permission to write there: fix its permissions or pass --workdir elsewhere",
+}
+
+
+def os_error_message(exc: OSError) -> str:
+    """One screen for an OS error met on the work dir: the cause, the path, what to do."""
+    # an OSError raised with a message of ours (TimeoutError, LockBusy, ConnectionError) has no
+    # strerror: its message is the cause, never only its class name
+    cause = exc.strerror or str(exc) or type(exc).__name__
+    where = f": {exc.filename}" if exc.filename else ""
+    hint = _OS_ERROR_HINTS.get(exc.errno or -1)
+    return f"{cause}{where}" + (f" — {hint}" if hint else "")

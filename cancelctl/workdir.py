@@ -18,7 +18,6 @@ A run's folder is found by its run id: a folder named by bare hash (older work d
 
 from __future__ import annotations
 
-import errno
 import functools
 import json
 import os
@@ -381,22 +380,3 @@ def rebuild_manifest(paths: SweepPaths) -> Manifest | None:
     if not runs:
         return None
     return Manifest(sweep=paths.sweep, executor=min(executors), created_at=stamp or 0.0, runs=runs)
-
-
-_OS_ERROR_HINTS = {
-    errno.ENOSPC: "free space there (or pass --workdir elsewhere), then rerun; runs that failed on it resume with --retry-failed",
-    errno.EDQUOT: "your disk quota is used up: free space (or pass --workdir elsewhere), then rerun with --retry-failed",
-    errno.EROFS: "the file system is read-only: pass --workdir (or set $CANCELCTL_WORKDIR) to a writable place",
-    errno.EACCES: "no permission to write there: fix its permissions or pass --workdir elsewhere",
-    errno.EPERM: "no permission to write there: fix its permissions or pass --workdir elsewhere",
-}
-
-
-def os_error_message(exc: OSError) -> str:
-    """One screen for an OS error met on the work dir: the cause, the path, what to do."""
-    # an OSError raised with a message of ours (TimeoutError, LockBusy, ConnectionError) has no
-    # strerror: its message is the cause, never only its class name
-    cause = exc.strerror or str(exc) or type(exc).__name__
-    where = f": {exc.filename}" if exc.filename else ""
-    hint = _OS_ERROR_HINTS.get(exc.errno or -1)
-    return f"{cause}{where}" + (f" — {hint}" if hint else "")

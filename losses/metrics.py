@@ -49,12 +49,15 @@ def mismatch_metrics(
     return {"mismatch/rho_std": std, "mismatch/rho_max": top, "mismatch/pcc": corr}
 
 
+MONITOR_P_LOW = 0.1  # π_low of the hacking/J monitor [H eq. 23]
+
+
 def hacking_j(
     advantages: torch.Tensor,
     old_log_prob: torch.Tensor,
     response_mask: torch.Tensor,
     delta: float = 2.0,
-    p_low: float = 0.1,
+    p_low: float = MONITOR_P_LOW,
 ) -> float:
     """J = Σ_{i,t} Â_{i,t} (φ_{i,t} − 1), φ the δ-rule at the monitor δ [H eq. 18, 23].
 

@@ -26,6 +26,7 @@ from losses.catalog import needs_groups
 from losses.config import policy_option
 from losses.groups import group_index
 from losses.metrics import (
+    MONITOR_P_LOW,
     bucket_energy,
     frequency_buckets,
     group_asymmetry,
@@ -39,9 +40,6 @@ from losses.registry import row_weights
 
 if TYPE_CHECKING:
     from losses.verl_adapter import MicroBatch
-
-MONITOR_P_LOW = 0.1  # π_low of the hacking/J monitor [H eq. 23]
-
 
 def mechanism_metrics(
     name: str,

@@ -8,7 +8,7 @@ ids from); each registered loss adds the mechanism metrics of docs/metrics.md (l
 `losses/`, only this module imports verl when imported (the adapter reaches it inside its functions).
 
 Loud failures: a plugin that fails to import is logged by verl only at DEBUG, so the job calls
-`assert_active()` before launching verl (cancelctl/backends/verl/entry.py), and a `cancel_*` loss
+`assert_active()` before launching verl (cancelctl/backends/verl/supervisor.py), and a `cancel_*` loss
 raises in the worker when the wrapper is not installed in its process.
 
 Aggregation: `losses.aggregation.agg_loss` is verl's `agg_loss` op for op (tests check bitwise
@@ -31,7 +31,7 @@ import torch
 from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY, register_policy_loss
 
 from losses.catalog import needs_groups, verl_loss_name
-from losses.compose import WrapperOptions, wrap_loss
+from losses.wrappers import WrapperOptions, wrap_loss
 from losses.config import policy_option
 from losses.registry import get, names
 from losses.verl_adapter import MICRO_BATCH, install, micro_batch_group_ids, wrapper_installed

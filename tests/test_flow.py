@@ -48,11 +48,13 @@ FORBIDDEN = [
     # modules with one job each: the parts a split made point one way
     ("losses.verl_adapter", "losses.verl_plugin", "importing the plugin registers and patches: the adapter never does"),
     ("losses.verl_metrics", "losses.verl_plugin", "importing the plugin registers and patches: the metrics never do"),
-    ("cancelctl.backends.verl.forward", "cancelctl.backends.verl.entry", "forwarding never imports the child's supervision"),
-    ("cancelctl.backends.verl.command", "cancelctl.backends.verl.entry", "the job command never imports its supervision"),
+    ("cancelctl.backends.verl.forward", "cancelctl.backends.verl.supervisor", "forwarding never imports the child's supervision"),
+    ("cancelctl.backends.verl.command", "cancelctl.backends.verl.supervisor", "the job command never imports its supervision"),
     ("cancelctl.backends.verl.command", "cancelctl.backends.verl.forward", "the job command never imports the forwarder"),
     ("cancelctl.jobs.children", "cancelctl", "stopping a child is a leaf: the verl job and the Ray cluster share it"),
     *[("cancelctl.spec", wing, "the spec wing imports nothing that runs jobs") for wing in RUNS_JOBS],
+    # the CLI knows no backend: what a backend adds to plan and render comes through backends' own modules
+    *[("cancelctl.cli", f"cancelctl.backends.{name}", "the CLI imports no backend by name") for name in ("lab", "verl")],
     *[("cancelctl.stats", wing, "the statistics do no I/O of their own") for wing in DOES_IO],
 ]
 
@@ -203,6 +205,22 @@ def test_the_statistics_do_no_io_of_their_own():
     assert io_in_stats(ROOT) == []
 
 
+BACKEND_NAMES = ("lab", "verl")
+
+
+def test_the_cli_never_branches_on_a_backend_name():
+    """`run.spec.backend == "verl"` and the like belong to cancelctl/backends/: the CLI only formats
+    what they return (plan's rows, render's command and notes)."""
+    offenders = []
+    for path in sorted((ROOT / "cancelctl" / "cli").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare) and any(
+                    isinstance(const, ast.Constant) and const.value in BACKEND_NAMES
+                    for side in (node.left, *node.comparators) for const in ast.walk(side)):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []
+
+
 def test_the_graph_sees_the_imports_it_guards():
     """The checker is not vacuous: known edges of the tree are in the graph, function-level ones,
     type-only ones and package inits too."""
@@ -223,15 +241,21 @@ def test_the_graph_sees_the_imports_it_guards():
     assert "cancelctl.stats.claim_values" in graph["cancelctl.stats.verdict_rules"]
     assert "cancelctl.stats.verdicts" not in full["cancelctl.stats.verdict_rules"] | full["cancelctl.stats.outcomes"]
     assert {"cancelctl.installed"} <= graph["cancelctl.launch.preflight"] & graph["cancelctl.backends.verl.render"]
-    assert "cancelctl.spec.metric_keys" in graph["cancelctl.spec.claims"] and "cancelctl.spec.metric_keys" in graph[
+    assert "cancelctl.spec.metric_keys" in graph["cancelctl.spec.claim_metric"] and "cancelctl.spec.metric_keys" in graph[
         "cancelctl.spec.monitor"]
     assert io_in_stats(ROOT) == [] and (ROOT / "cancelctl" / "stats" / "intervals.py").exists()
+    # one table of what each claim direction predicts, read by the tests and the e-values alike
+    assert {"cancelctl.spec.directions"} <= graph["cancelctl.stats.evidence"] & graph["cancelctl.stats.sequential"]
     # the modules split by job and who uses them
     assert {"losses.verl_adapter", "losses.verl_metrics"} <= graph["losses.verl_plugin"]
     assert "losses.verl_adapter" not in graph["losses.verl_metrics"] and "losses.verl_adapter" in full["losses.verl_metrics"]
     assert {"cancelctl.backends.verl.command", "cancelctl.backends.verl.forward", "cancelctl.jobs.children"} <= graph[
-        "cancelctl.backends.verl.entry"]
+        "cancelctl.backends.verl.supervisor"]
     assert "cancelctl.jobs.children" in graph["cancelctl.jobs.raycluster"]
+    # one metric logger protocol, in tracking: the lab's, verl's and the Ray cluster's train/tag through it
+    assert {"cancelctl.tracking.logger"} <= (full["cancelctl.jobs.raycluster"] & full["cancelctl.backends.lab.train"]
+                                             & full["cancelctl.backends.verl.supervisor"])
+    assert "cancelctl.backends.plan_rows" in graph["cancelctl.cli.inspecting"]
 
 
 # ------------------------------------------------------------------------------------- planted

@@ -102,7 +102,7 @@ LOCAL_EXAMPLES = {
     "cancelctl sweep experiments/lab-demo.yaml --retry-failed",
     "cancelctl sync",
     "cancelctl report --baseline gspo",
-    "cancelctl report lab-demo --threshold 0.6 --compute updates",
+    "cancelctl report lab-demo --kappa 0.6 --compute updates",
     "cancelctl report lab-demo --claims-only",
     "cancelctl bench losses --rows 256 --tokens 1024 --group 8",
     "cancelctl list",
@@ -247,7 +247,7 @@ def test_demo_and_the_examples_on_its_work_dir(project, monkeypatch):
     assert result.exit_code == 0 and f"{n}/{n} done" in result.output and "0 alerts" in result.output, result.output
     result = cli("cancelctl sync", project)
     assert result.exit_code == 0 and "uploaded 0 points" in result.output
-    result = cli("cancelctl report lab-demo --threshold 0.6 --compute updates", project)
+    result = cli("cancelctl report lab-demo --kappa 0.6 --compute updates", project)
     assert result.exit_code == 0, result.output
     result = cli("cancelctl report lab-demo --claims-only", project)
     assert result.exit_code == 0 and "Claims" in result.output and "Compute@Reward" not in result.output, result.output

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import torch
 
 import losses
+from cancelctl.errors import ArgumentError
 from cancelctl.installed import installed
 
 LOSS_TARGET = 1.15
@@ -168,19 +169,19 @@ def _ratio(times: dict[str, list[float]], name: str, baseline: str) -> float:
 
 
 def check_benchmark_arguments(device: str, rows: int, tokens: int, group: int, repeats: int) -> None:
-    """ValueError naming the option (as `cancelctl bench losses` spells it) that cannot be benchmarked."""
+    """ArgumentError (exit 2) naming the option (as `cancelctl bench losses` spells it) that cannot be benchmarked."""
     for option, value in (("--tokens", tokens), ("--group", group), ("--repeats", repeats)):
         if value < 1:
-            raise ValueError(f"{option} {value}: expected a positive integer")
+            raise ArgumentError(f"{option} {value}: expected a positive integer")
     if rows < group or rows % group:
-        raise ValueError(f"--rows {rows}: expected a positive multiple of --group ({group})")
+        raise ArgumentError(f"--rows {rows}: expected a positive multiple of --group ({group})")
     kind, _, index = device.partition(":")
     if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
-        raise ValueError(f"--device {device!r}: expected cpu, cuda or cuda:N")
+        raise ArgumentError(f"--device {device!r}: expected cpu, cuda or cuda:N")
     if kind == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if int(index or 0) >= count:
-            raise ValueError(f"--device {device}: this machine has {count} CUDA device(s) (torch {torch.__version__}); use --device cpu")
+            raise ArgumentError(f"--device {device}: this machine has {count} CUDA device(s) (torch {torch.__version__}); use --device cpu")
 
 
 def run_loss_benchmark(

@@ -8,14 +8,14 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
-from cancelctl.errors import CancelctlError, SpecError
+from cancelctl.errors import CancelctlError, SpecError, os_error_message
 from cancelctl.runstate import state_counts  # noqa: F401 - the verbs' one way to count states
 
 # Piped output (CI logs, `| less`) gets a wide console instead of rich's 80-column default.
@@ -24,9 +24,32 @@ console = Console(width=_WIDTH)
 err_console = Console(stderr=True, width=_WIDTH)
 
 DEFAULT_WORKDIR = Path(".cancelctl")
-WorkdirOpt = typer.Option(
-    None, "--workdir", "-w", help="Work dir (manifests, run folders, sqlite MLflow). Default: $CANCELCTL_WORKDIR or ./.cancelctl"
-)
+Workdir = Annotated[Optional[Path], typer.Option(
+    "--workdir", "-w", help="Work dir (manifests, run folders, sqlite MLflow). Default: $CANCELCTL_WORKDIR or ./.cancelctl"
+)]
+SweepFile = Annotated[Path, typer.Argument(help="Sweep file.")]
+LatestSweep = Annotated[Optional[str], typer.Argument(help="Sweep name (default: the latest).")]
+AllowUnmatched = Annotated[bool, typer.Option("--allow-unmatched", help="Accept arms that are not compute-matched.")]
+
+
+def _registered_executor(value: str | None) -> str | None:
+    """`--executor`'s check: a registered executor's name (the registry is open: an extension's
+    executor registered after this module was imported counts), else typer's bad-parameter screen,
+    exit 2, naming the known ones."""
+    from cancelctl.spec.executors import executor_names, expected_executors
+
+    if value is not None and value not in executor_names():
+        raise typer.BadParameter(f"{value!r}: expected {expected_executors()}")
+    return value
+
+
+def executor_option(help: str) -> Any:
+    """`--executor NAME`: its choices listed in --help (the registered ones), any other refused."""
+    from cancelctl.spec.executors import executor_names
+
+    return typer.Option("--executor", "-e", metavar="<" + "|".join(executor_names()) + ">", callback=_registered_executor, help=help)
+
+
 
 
 def finite(value: float | None) -> float | None:
@@ -65,8 +88,6 @@ def fail(exc: Exception) -> None:
 
 def failure_message(exc: BaseException) -> str:
     if isinstance(exc, OSError):
-        from cancelctl.workdir import os_error_message
-
         return os_error_message(exc)
     return str(exc) or type(exc).__name__
 

@@ -6,21 +6,34 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from cancelctl.cli.common import WorkdirOpt, console, err_console, fail_input, load_sweep_file, say, workdir_path
+from cancelctl.cli.common import (
+    AllowUnmatched,
+    SweepFile,
+    Workdir,
+    console,
+    err_console,
+    executor_option,
+    fail_input,
+    load_sweep_file,
+    say,
+    workdir_path,
+)
 from cancelctl.errors import ArgumentError
 
 
 def validate(
-    paths: list[Path] = typer.Argument(..., help="Sweep files (YAML)."),
-    allow_unmatched: bool = typer.Option(False, help="Accept arms that are not compute-matched."),
-    skip_verl: bool = typer.Option(False, help="Skip composing verl configs with Hydra."),
-    skip_data: bool = typer.Option(False, help="Do not read verl runs' data files (e.g. they exist only on the cluster)."),
+    paths: Annotated[list[Path], typer.Argument(help="Sweep files (YAML).")],
+    *,
+    allow_unmatched: AllowUnmatched = False,
+    skip_verl: Annotated[bool, typer.Option("--skip-verl", help="Skip composing verl configs with Hydra.")] = False,
+    skip_data: Annotated[bool, typer.Option(
+        "--skip-data", help="Do not read verl runs' data files (e.g. they exist only on the cluster).")] = False,
 ) -> None:
     """Validate sweep files: schema, expansion, compute matching, verl's real config (offline) and
     the verl runs' data files."""
@@ -54,48 +67,25 @@ def _print_validation(report) -> None:
 
 
 def plan(
-    path: Path = typer.Argument(..., help="Sweep file."),
-    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
-    allow_unmatched: bool = typer.Option(False, help="Accept arms that are not compute-matched."),
+    path: SweepFile,
+    *,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    allow_unmatched: AllowUnmatched = False,
 ) -> None:
     """List the runs a sweep expands to, with stable run ids, planned compute, the allocations of
     cluster.time_min each SLURM run is expected to need, and each verl configuration's
     estimated GPU memory per GPU, where the model's config.json is on this machine (with --json, also the
     prompts verl keeps under max_prompt_length, where the data and the tokenizer are on this machine)."""
-    from cancelctl.spec.batching import minibatch_order, minibatch_order_note
+    from cancelctl.backends.plan_rows import plan_rows
+    from cancelctl.spec.batching import minibatch_order_note
 
     sweep = load_sweep_file(path, allow_unmatched=allow_unmatched)
-    memory, memory_skipped = _gpu_memory(sweep)
-    limits = _time_limits(sweep)
+    planned = plan_rows(sweep)
     if as_json:
-        rows = [
-            {
-                "name": r.name,
-                "arm": r.arm,
-                "axes": r.axes,
-                "seed": r.seed,
-                "run_id": r.run_id,
-                "group": r.group,
-                "backend": r.spec.backend,
-                "executor": r.spec.executor,
-                "clip_low": r.spec.algorithm.clip_low,
-                "clip_high": r.spec.algorithm.clip_high,
-                "batching": r.spec.batching.strategy,
-                "minibatch_order": minibatch_order(r.spec),  # what the update does, the same on every backend
-                "budget_axis": r.spec.budget.axis,
-                "budget": r.spec.budget.amount,
-                **{f"planned_{k}": v for k, v in r.planned_compute().items()},
-            }
-            for r in sweep.runs
-        ]
-        lengths, skipped = _prompt_lengths(sweep)
-        for row in rows:
-            row["prompt_lengths"] = lengths.get(row["run_id"])
-            row["gpu_memory"] = memory[row["run_id"]].to_json() if row["run_id"] in memory else None
-            row["time_limit"] = limits[row["run_id"]].to_json() if row["run_id"] in limits else None
-        typer.echo(json.dumps({"sweep": sweep.name, "baseline": sweep.spec.baseline, "runs": rows,
-                               "prompt_lengths_skipped": skipped or None,
-                               "gpu_memory_skipped": memory_skipped or None}, indent=2))
+        typer.echo(json.dumps({"sweep": sweep.name, "baseline": sweep.spec.baseline,
+                               "runs": [row.to_json() for row in planned.rows],
+                               "prompt_lengths_skipped": planned.prompt_lengths_skipped or None,
+                               "gpu_memory_skipped": planned.gpu_memory_skipped or None}, indent=2))
         return
     axes = list(sweep.runs[0].axes) if sweep.runs else []
     table = Table(title=f"{sweep.name}: {len(sweep.runs)} runs", title_justify="left", box=None, pad_edge=False)
@@ -104,39 +94,37 @@ def plan(
         table.add_column(col, no_wrap=True)
     for col in ("budget", "gen tokens", "updates"):
         table.add_column(col, no_wrap=True, justify="right")
-    if limits:
+    if planned.has_time_limits:
         table.add_column("allocations", no_wrap=True, justify="right")
-    if memory:
+    if planned.has_gpu_memory:
         table.add_column("GPU memory (GiB per GPU)", no_wrap=True)
-    lengths, lengths_skipped = _prompt_lengths(sweep)
-    if lengths:
+    if planned.has_prompt_lengths:
         table.add_column("prompts kept", no_wrap=True)
-    for r in sweep.runs:
-        c = r.planned_compute()
+    for row in planned.rows:
+        r, c = row.run, row.run.planned_compute()
         table.add_row(
             r.name, r.arm, *[str(r.axes[a]) for a in axes], str(r.seed), r.run_id, r.spec.backend, r.spec.executor,
             r.spec.algorithm.loss, f"{r.spec.algorithm.clip_low:g}/{r.spec.algorithm.clip_high:g}",
             minibatch_order_note(r.spec), _budget(r.spec.budget), _si(c["gen_tokens"]),
             "at the budget" if c["update_steps"] is None else f"{c['update_steps']:,}",  # known when the run ends
-            *([_allocations_cell(limits.get(r.run_id))] if limits else []),
-            *([_memory_cell(memory.get(r.run_id))] if memory else []),
-            *([_prompts_cell(lengths.get(r.run_id))] if lengths else []),
+            *([_allocations_cell(row.time_limit)] if planned.has_time_limits else []),
+            *([_leveled(*row.memory_cell())] if planned.has_gpu_memory else []),
+            *([_leveled(*row.prompts_cell())] if planned.has_prompt_lengths else []),
         )
     console.print(table)
-    if lengths_skipped:
-        console.print(Text(lengths_skipped, style="dim"), highlight=False, soft_wrap=True)
-    if memory_skipped:
-        console.print(Text(memory_skipped, style="dim"), highlight=False, soft_wrap=True)
+    if planned.prompt_lengths_skipped:
+        console.print(Text(planned.prompt_lengths_skipped, style="dim"), highlight=False, soft_wrap=True)
+    if planned.gpu_memory_skipped:
+        console.print(Text(planned.gpu_memory_skipped, style="dim"), highlight=False, soft_wrap=True)
     for w in sweep.warnings:
         say(err_console, "NOT compute-matched:", "yellow", w)
 
 
-def _time_limits(sweep) -> dict:
-    """Each SLURM run's time-limit plan (jobs.time_limit): the allocations it is expected to need."""
-    from cancelctl.executors.registry import get_executor
-    from cancelctl.jobs.time_limit import time_limit_plan
+LEVEL_STYLE = {"": "", "warn": "yellow", "refused": "bold red"}
 
-    return {r.run_id: time_limit_plan(r) for r in sweep.runs if get_executor(r.spec.executor).has_time_limit}
+
+def _leveled(text: str, level: str) -> Text:
+    return Text(text, style=LEVEL_STYLE[level])
 
 
 def _allocations_cell(limit) -> Text:
@@ -144,42 +132,6 @@ def _allocations_cell(limit) -> Text:
     if limit is None or limit.allocations is None:
         return Text("-")
     return Text(str(limit.allocations), style="" if limit.holds_one_step else "yellow")
-
-
-def _prompt_lengths(sweep) -> tuple[dict[str, list[dict]], str]:
-    """Each verl run's prompt counts under max_prompt_length (backends.verl.prompt_lengths), and why
-    they were not measured, where the data or the tokenizer is not on this machine."""
-    if not any(r.spec.backend == "verl" for r in sweep.runs):
-        return {}, ""
-    from cancelctl.backends.verl.prompt_lengths import measure_runs
-
-    checks, skipped = measure_runs(sweep.runs)
-    return {run_id: [c.to_json() for c in found] for run_id, found in checks.items()}, skipped
-
-
-def _gpu_memory(sweep) -> tuple[dict, str]:
-    """Each GPU verl run's memory estimate (backends.verl.memory_check), and why it was not estimated."""
-    if not any(r.spec.backend == "verl" for r in sweep.runs):
-        return {}, ""  # the lab runs on this machine's CPU: no GPU memory
-    from cancelctl.backends.verl.memory_check import estimate_runs
-
-    return estimate_runs(sweep.runs)
-
-
-def _prompts_cell(checks: list[dict] | None) -> Text:
-    """"train 16,837/17,398 · val 38/38": prompts verl keeps under max_prompt_length, of those in the files."""
-    from cancelctl.backends.verl.prompt_lengths import TRAIN
-
-    if not checks:
-        return Text("-")
-    text = " · ".join(f"{'train' if c['field'] == TRAIN else 'val'} {c['kept']:,}/{c['prompts']:,}" for c in checks)
-    return Text(text, style="bold red" if any(c["refused"] for c in checks) else ("yellow" if any(c["dropped"] for c in checks) else ""))
-
-
-def _memory_cell(check) -> Text:
-    if check is None:
-        return Text("-")
-    return Text(check.note(), style="bold red" if check.problem else "")
 
 
 BUDGET_UNITS = {"steps": "steps", "gen_tokens": "tokens", "update_steps": "updates"}
@@ -202,7 +154,7 @@ def _si(n: float) -> str:
     return f"{n:.3g}".replace("e+", "e")
 
 
-def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file.")) -> None:
+def schema(*, output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file.")] = None) -> None:
     """JSON Schema of the sweep file (for yaml-language-server / editors)."""
     from cancelctl.spec.schema import sweep_json_schema
 
@@ -216,9 +168,10 @@ def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="W
 
 
 def render(
-    path: Path = typer.Argument(..., help="Sweep file."),
-    run: str = typer.Option(..., "--run", help="Run id (or run name) from `cancelctl plan`."),
-    workdir: Optional[Path] = WorkdirOpt,
+    path: SweepFile,
+    *,
+    run: Annotated[str, typer.Option("--run", help="Run id (or run name) from `cancelctl plan`.")],
+    workdir: Workdir = None,
 ) -> None:
     """Show what the backend would launch: the verl command + overrides, or the lab config; with
     executor slurm, the exact sbatch script and in-task commands (Ray start-up on multi-node runs)."""
@@ -227,47 +180,39 @@ def render(
     if not match:
         fail_input(ArgumentError(f"--run {run!r}: no such run in {path} (see `cancelctl plan {path}`)"))
     target = match[0]
-    from cancelctl.backends.workload import workload_lines
+    from cancelctl.backends.workload import render_notes, rendered_run, workload_lines
     from cancelctl.executors import get_executor
 
     job = get_executor(target.spec.executor).render_job(
         target, workdir_path(workdir), lambda run_dir: workload_lines(target, run_dir))
     if job is not None:  # e.g. SLURM: the sbatch script and in-task commands
         typer.echo(job, nl=False)
-    elif target.spec.backend == "verl":
-        from cancelctl.backends.verl import format_command, render_command
-        from cancelctl.backends.verl.render import job_env
-
-        typer.echo(format_command(render_command(target), job_env(target)))
     else:
-        typer.echo(json.dumps(target.to_json(), indent=2))
-    if target.spec.backend == "verl":  # on stderr: the command stays pasteable
-        from cancelctl.backends.verl.render import rollout_precision_note
-        from cancelctl.jobs.hardware import cpu_flags
-
-        if note := rollout_precision_note(target, cpu_flags()):
-            say(err_console, "note:", "yellow", note)
+        typer.echo(rendered_run(target))
+    for note in render_notes(target):  # on stderr: the command stays pasteable
+        say(err_console, "note:", "yellow", note)
 
 
 def smoke(
-    path: Path = typer.Argument(..., help="Sweep file."),
-    executor: str = typer.Option("local", help="Where the smoke jobs run: local (this machine) or slurm."),
-    partition: Optional[str] = typer.Option(None, help="SLURM partition for the CPU smoke jobs (default: the spec's)."),
-    model: Optional[str] = typer.Option(
-        None, help="A folder (or cached hub id) whose config and tokenizer stand in for the specs' model.path."),
-    resume_each: bool = typer.Option(
-        False, help="Resume every configuration (default: one per checkpoint family: model, trainer, sampler)."),
-    workdir: Optional[Path] = WorkdirOpt,
+    path: SweepFile,
+    *,
+    executor: Annotated[str, executor_option("Where the smoke jobs run: local (this machine) or slurm.")] = "local",
+    partition: Annotated[Optional[str], typer.Option(
+        "--partition", help="SLURM partition for the CPU smoke jobs (default: the spec's).")] = None,
+    model: Annotated[Optional[str], typer.Option(
+        "--model", help="A folder (or cached hub id) whose config and tokenizer stand in for the specs' model.path.")] = None,
+    resume_each: Annotated[bool, typer.Option(
+        "--resume-each",
+        help="Resume every configuration (default: one per checkpoint family: model, trainer, sampler).")] = False,
+    workdir: Workdir = None,
 ) -> None:
     """Run every distinct verl configuration (arm x grid point, one seed) for two real training steps,
     a checkpoint and a resume, on CPU with a tiny model of its family and the first rows of its data.
     Refused first, before any job: data verl could not read, and prompts that max_prompt_length would
     leave fewer than a step of. Exit 0 only when every configuration passes."""
     from cancelctl.backends.validate import validate_files
-    from cancelctl.spec.executors import check_executor_name
     from cancelctl.smoke import run_smoke
 
-    check_executor_name(executor)
     sweep = load_sweep_file(path, allow_unmatched=True)  # compute matching is the sweep's business, not the smoke's
     # the data files and their prompts' lengths, before any job
     # GPU memory is validate's: the smoke runs a tiny model of the family on CPU

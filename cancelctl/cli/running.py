@@ -6,13 +6,16 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
 
 from cancelctl.cli.common import (
-    WorkdirOpt,
+    LatestSweep,
+    SweepFile,
+    Workdir,
+    executor_option,
     console,
     err_console,
     fail_input,
@@ -23,6 +26,9 @@ from cancelctl.cli.common import (
     workdir_path,
 )
 from cancelctl.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from cancelctl.spec.expand import Sweep
 
 # keyed by the state words of cancelctl.runstate (lower case)
 STATE_STYLE = {"completed": "green", "failed": "bold red", "cancelled": "yellow", "running": "cyan", "pending": "dim",
@@ -45,25 +51,26 @@ def _states_table(title: str, states) -> Table:
 
 
 def sweep(
-    path: Path = typer.Argument(..., help="Sweep file."),
-    executor: Optional[str] = typer.Option(None, "--executor", "-e", help="Override the spec: local | slurm | debug."),
-    workdir: Optional[Path] = WorkdirOpt,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be submitted; submit nothing."),
-    retry_failed: bool = typer.Option(False, "--retry-failed", help="Resubmit exactly the runs that failed."),
-    retry_stopped: bool = typer.Option(
-        False, "--retry-stopped", help="Resubmit the runs a monitor rule stopped (they resume from their checkpoint)."
-    ),
-    wait: Optional[bool] = typer.Option(None, "--wait/--no-wait", help="Follow until done (default: yes locally, no on SLURM)."),
-    allow_unmatched: bool = typer.Option(False, help="Run arms that are not compute-matched."),
-    until_decided: bool = typer.Option(
-        False, "--until-decided",
+    path: SweepFile,
+    *,
+    executor: Annotated[Optional[str], executor_option("Override the spec's executor.")] = None,
+    workdir: Workdir = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be submitted; submit nothing.")] = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Resubmit exactly the runs that failed.")] = False,
+    retry_stopped: Annotated[bool, typer.Option(
+        "--retry-stopped", help="Resubmit the runs a monitor rule stopped (they resume from their checkpoint).")] = False,
+    wait: Annotated[Optional[bool], typer.Option(
+        "--wait/--no-wait", help="Follow until done (default: yes locally, no on SLURM).")] = None,
+    allow_unmatched: Annotated[bool, typer.Option("--allow-unmatched", help="Run arms that are not compute-matched.")] = False,
+    until_decided: Annotated[bool, typer.Option(
+        "--until-decided",
         help="Add seeds in rounds to the arms of the claims still undecided (an anytime-valid sequential test "
              "at every round) until every claim is decided or --max-seeds is reached.",
-    ),
-    max_seeds: Optional[int] = typer.Option(
-        None, "--max-seeds", min=2, help="--until-decided: at most this many seeds an arm (default: twice the file's)."
-    ),
-    batch: Optional[int] = typer.Option(None, "--batch", min=1, help="--until-decided: seeds a round adds (default 2)."),
+    )] = False,
+    max_seeds: Annotated[Optional[int], typer.Option(
+        "--max-seeds", min=2, help="--until-decided: at most this many seeds an arm (default: twice the file's).")] = None,
+    batch: Annotated[Optional[int], typer.Option(
+        "--batch", min=1, help="--until-decided: seeds a round adds (default 2).")] = None,
 ) -> None:
     """Validate, expand and run every arm of a sweep; finished or running runs are never resubmitted.
     Exit 1 when a run failed, 3 when runs were cancelled (`cancelctl cancel`) and none failed."""
@@ -74,11 +81,8 @@ def sweep(
         signals_interrupt,
     )
     from cancelctl.launch.starting import hold_at, launching
-    from cancelctl.spec.executors import check_executor_name
     from cancelctl.workdir import sweep_paths
 
-    if executor is not None:
-        check_executor_name(executor)
     if not until_decided and (max_seeds is not None or batch is not None):
         fail_input(ArgumentError("--max-seeds and --batch go with --until-decided"))
     wd = workdir_path(workdir)
@@ -91,15 +95,15 @@ def sweep(
             # it too, once validated, where the file gave no name this way)
             with launching(sweep_paths(wd, announced)) if announced else contextlib.nullcontext():
                 hold_at("loading")
-                plan_ = load_sweep_file(path, allow_unmatched)
-                name = plan_.name
-                runner = get_executor(executor or plan_.runs[0].spec.executor)
+                expanded = load_sweep_file(path, allow_unmatched)
+                name = expanded.name
+                runner = get_executor(executor or expanded.runs[0].spec.executor)
                 will_wait = (wait if wait is not None else runner.waits_by_default) and not dry_run
                 launch = dict(workdir=wd, executor=executor, dry_run=dry_run, retry_failed=retry_failed,
                               retry_stopped=retry_stopped)
                 if until_decided and not dry_run:  # prints its rounds and verdicts, exits
-                    _until_decided(plan_, wd, will_wait, max_seeds, batch, allow_unmatched, launch)
-                result = _launch(_with_rounds(plan_, wd), runner, will_wait, wd, launch)  # (a dry run: this look's)
+                    _until_decided(expanded, wd, will_wait, max_seeds, batch, allow_unmatched, launch)
+                result = _launch(_with_rounds(expanded, wd), runner, will_wait, wd, launch)  # (a dry run: this look's)
     except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, a closed terminal
         resume = " ".join(["cancelctl sweep", str(path)] + (["-w", str(workdir)] if workdir else [])
                           + (["--executor", executor] if executor else [])
@@ -109,7 +113,7 @@ def sweep(
         message = interrupted_message(exc, name, resume, None if dry_run else _left_by_interrupt(wd, name))
         err_console.print(message, highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code if isinstance(exc, Interrupted) else 130) from None
-    _print_launch(result, plan_)
+    _print_launch(result, expanded)
 
 
 def _sweep_name(path: Path) -> str | None:
@@ -142,14 +146,14 @@ def _left_by_interrupt(wd: Path, name: str):
             return None
 
 
-def _with_rounds(plan_, wd: Path):
+def _with_rounds(expanded: Sweep, wd: Path):
     """The sweep file plus the seeds `--until-decided` rounds added to it (they never turn stale)."""
     from cancelctl.launch.until_decided import planned_with_rounds
 
-    return planned_with_rounds(plan_, wd)
+    return planned_with_rounds(expanded, wd)
 
 
-def _until_decided(plan_, wd: Path, will_wait: bool, max_seeds, batch, allow_unmatched: bool, launch: dict) -> None:
+def _until_decided(expanded: Sweep, wd: Path, will_wait: bool, max_seeds, batch, allow_unmatched: bool, launch: dict) -> None:
     """`sweep --until-decided`: rounds of seeds (`run_until_decided`), judged by the report's claims."""
     from cancelctl.launch.until_decided import DEFAULT_BATCH, run_until_decided
     from cancelctl.report.live.watch import WatchProgress
@@ -159,21 +163,21 @@ def _until_decided(plan_, wd: Path, will_wait: bool, max_seeds, batch, allow_unm
     compare = ComparisonOptions(allow_unmatched=allow_unmatched)
 
     def judge(rounds):
-        return judge_until_decided(wd, plan_.name, rounds, compare)
+        return judge_until_decided(wd, expanded.name, rounds, compare)
 
     options = dict(executor=launch["executor"], retry_failed=launch["retry_failed"],
                    retry_stopped=launch["retry_stopped"], wait=will_wait,
-                   max_seeds=max_seeds if max_seeds is not None else 2 * len(plan_.spec.seeds),
+                   max_seeds=max_seeds if max_seeds is not None else 2 * len(expanded.spec.seeds),
                    batch=batch if batch is not None else DEFAULT_BATCH)
     if will_wait:
-        with WatchProgress(plan_.name, console=console) as view:
-            result = run_until_decided(plan_, workdir=wd, judge=judge, progress=view, **options)
+        with WatchProgress(expanded.name, console=console) as view:
+            result = run_until_decided(expanded, workdir=wd, judge=judge, progress=view, **options)
     else:
-        result = run_until_decided(plan_, workdir=wd, judge=judge, **options)
-    _print_until_decided(result, plan_)
+        result = run_until_decided(expanded, workdir=wd, judge=judge, **options)
+    _print_until_decided(result, expanded)
 
 
-def _print_until_decided(result, plan_) -> None:
+def _print_until_decided(result, expanded: Sweep) -> None:
     from cancelctl.launch.until_decided import STILL_RUNNING
     from cancelctl.report.claims import decided_text, sequential_verdict_text
     from cancelctl.report.sequential_claims import budget_spent, seeds_per_look
@@ -194,27 +198,27 @@ def _print_until_decided(result, plan_) -> None:
         console.print(f"  {v.claim_id}{where}: {sequential_verdict_text(row)}; decided {decided_text(row, spent)}, "
                       f"{row.looks} look(s), {v.n_seeds} seeds, {v.test}", highlight=False, soft_wrap=True)
     for launch in result.launches:
-        _say_failed(launch, plan_)
+        _say_failed(launch, expanded)
     if result.verdicts:
         console.print(f"the claims table: cancelctl report {result.sweep} --claims-only", highlight=False)
     raise typer.Exit(result.exit_code)
 
 
-def _launch(plan_, runner, will_wait: bool, wd: Path, launch: dict):
+def _launch(expanded: Sweep, runner, will_wait: bool, wd: Path, launch: dict):
     from cancelctl.launch import launch_sweep
 
     if will_wait and runner.waits_by_default:  # the launcher drives the runs itself: it pushes states
         from cancelctl.report.live.watch import WatchProgress
 
-        with WatchProgress(plan_.name, console=console) as view:
-            return launch_sweep(plan_, wait=True, progress=view, **launch)
-    result = launch_sweep(plan_, wait=False, **launch)
+        with WatchProgress(expanded.name, console=console) as view:
+            return launch_sweep(expanded, wait=True, progress=view, **launch)
+    result = launch_sweep(expanded, wait=False, **launch)
     if will_wait:  # a scheduler runs them (SLURM): follow them in the watch view
         _watch_submitted(wd, result)
     return result
 
 
-def _print_launch(result, plan_) -> None:
+def _print_launch(result, expanded: Sweep) -> None:
     for warning in result.warnings:
         say(err_console, "warning:", "yellow", warning)
     verb = "would submit" if result.dry_run else "submitted"
@@ -228,24 +232,24 @@ def _print_launch(result, plan_) -> None:
         highlight=False,
     )
     if result.dry_run:
-        names = {r.run_id: r.name for r in plan_.runs}
+        names = {r.run_id: r.name for r in expanded.runs}
         for run_id in result.submitted:
             console.print(f"  {names.get(run_id, run_id)}  {run_id}", highlight=False)
-    _say_failed(result, plan_)
+    _say_failed(result, expanded)
     if result.states and not result.dry_run:
         console.print(f"{result.sweep}: {state_counts(result.states)}", highlight=False)
     if result.cancelled:  # `sweep && report` must not go on with a sweep someone cancelled
-        names = {r.run_id: r.name for r in plan_.runs}
+        names = {r.run_id: r.name for r in expanded.runs}
         listed = ", ".join(names.get(run_id, run_id) for run_id in result.cancelled[:6]) + (" ..." if len(result.cancelled) > 6 else "")
         err_console.print(f"{result.sweep}: {len(result.cancelled)} run(s) cancelled: {listed} "
                           f"(a plain rerun submits them again)", highlight=False, markup=False)
     raise typer.Exit(result.exit_code)
 
 
-def _say_failed(result, plan_) -> None:
+def _say_failed(result, expanded: Sweep) -> None:
     """One line per failed run: its name and id, then why — error.txt's first line starts with the
     word the label already says ("FAILED <when> job …"), so it is said once."""
-    names = {r.run_id: r.name for r in plan_.runs}
+    names = {r.run_id: r.name for r in expanded.runs}
     for run_id, why in result.errors.items():
         why = str(why or "").removeprefix("FAILED ")
         say(err_console, "FAILED", "bold red", f"{names.get(run_id, run_id)} ({run_id}): {why}")
@@ -272,9 +276,11 @@ def _watch_submitted(workdir: Path, result) -> None:
 
 
 def watch_sweep(
-    sweep: Optional[str] = typer.Argument(None, help="Sweep name (default: the latest)."),
-    workdir: Optional[Path] = WorkdirOpt,
-    refresh: float = typer.Option(3.0, "--refresh", min=0.1, callback=finite, help="Seconds between refreshes."),
+    sweep: LatestSweep = None,
+    *,
+    workdir: Workdir = None,
+    refresh: Annotated[float, typer.Option(
+        "--refresh", min=0.1, callback=finite, help="Seconds between refreshes.")] = 3.0,
 ) -> None:
     """Live view of a sweep (state, step, reward, rho std, entropy, ETA, alerts) until every run has ended;
     plain lines when not a terminal. Ctrl-C stops watching, never the runs. Exit 1 if a run failed."""
@@ -292,9 +298,10 @@ def watch_sweep(
 
 
 def status(
-    sweep: Optional[str] = typer.Argument(None, help="Sweep name (default: the latest)."),
-    workdir: Optional[Path] = WorkdirOpt,
-    as_json: bool = typer.Option(False, "--json", help="Print states as JSON."),
+    sweep: LatestSweep = None,
+    *,
+    workdir: Workdir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print states as JSON.")] = False,
 ) -> None:
     """Per-run state of a sweep (one sacct call for the whole sweep on SLURM)."""
     from cancelctl.executors.base import SHOW
@@ -316,7 +323,7 @@ def status(
                                     f"(not counted, not in the report): {state_counts(stale)}", stale), style="dim")
 
 
-def cancel(sweep: str = typer.Argument(..., help="Sweep name."), workdir: Optional[Path] = WorkdirOpt) -> None:
+def cancel(sweep: Annotated[str, typer.Argument(help="Sweep name.")], *, workdir: Workdir = None) -> None:
     """Cancel every job of a sweep; nothing is left running."""
     from cancelctl.launch import cancel_sweep
 

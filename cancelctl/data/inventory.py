@@ -15,6 +15,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from cancelctl.errors import ArgumentError
+
 HUB = "huggingface"
 GYM = "reasoning-gym"
 
@@ -37,8 +39,11 @@ GYM_DEFAULT_TRAIN_ROWS = 1000
 CHAIN_SUM_SMALL_TEST_ROWS = 38
 
 
-class UnknownDataset(KeyError):
-    """A name the catalog does not list."""
+class UnknownDataset(ArgumentError, KeyError):
+    """A name the catalog does not list: bad input (exit 2 at the CLI); a KeyError to a lookup."""
+
+    def __init__(self, message: str):
+        super().__init__(message, title="unknown dataset")
 
     def __str__(self) -> str:  # KeyError would quote the whole message
         return str(self.args[0])

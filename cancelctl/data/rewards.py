@@ -17,6 +17,7 @@ from typing import Any
 
 from cancelctl.data import gym_reward, math_reward
 from cancelctl.data.inventory import GYM_DATA_SOURCE_PREFIX, GYM_SCORE_ANSWER, GYM_SCORE_NUMBER, MATH_VERIFY, catalog, entry_for_data_source
+from cancelctl.errors import ArgumentError
 
 REWARD_MODULE = "pkg://cancelctl.data.rewards"  # verl's custom_reward_function.path
 REWARD_FUNCTION = "compute_score"  # and its .name
@@ -30,10 +31,13 @@ VERIFIERS: dict[str, RewardFn] = {
 }
 
 
-class UnknownDataSource(KeyError):
-    """A data_source no reward here scores."""
+class UnknownDataSource(ArgumentError, KeyError):
+    """A data_source no reward here scores: bad input (exit 2 at the CLI); a KeyError to a lookup."""
 
-    def __str__(self) -> str:
+    def __init__(self, message: str):
+        super().__init__(message, title="unknown data source")
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
         return str(self.args[0])
 
 

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
-from cancelctl.errors import CancelctlError
 from cancelctl.manifest import Manifest, RunEntry, Submission
 from cancelctl.runstate import RunState
 from cancelctl.workdir import SweepPaths
@@ -62,10 +61,6 @@ class Freshness:
 DECIDE = Freshness()
 SHOW = Freshness(max_age_s=30.0)  # status, list, logs: what another verb asked within 30 s is shared
 WATCH = Freshness(max_age_s=30.0, wait=False)  # watch, sweep --wait: SLURM asked at most every 30 s
-
-class SchedulerError(CancelctlError, RuntimeError):
-    """A scheduler command failed, timed out or is missing (exit 1 at the CLI)."""
-
 
 @dataclass
 class ArrayPlan:

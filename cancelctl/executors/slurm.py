@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from cancelctl.errors import SpecError, SpecIssue
 from cancelctl.executors import slurm_commands as slurm
 from cancelctl.executors import slurm_states
-from cancelctl.executors.base import DECIDE, ArrayPlan, Executor, Freshness, SchedulerError, Submitted, cancelled_by_us
+from cancelctl.errors import SchedulerError
+from cancelctl.executors.base import DECIDE, ArrayPlan, Executor, Freshness, Submitted, cancelled_by_us
 from cancelctl.executors.slurm_view import shared_task_states
 from cancelctl.fileio import read_json
 from cancelctl.jobs.outcome import read_error, result_finished_at

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl.errors import SpecError, SpecIssue
-from cancelctl.executors.base import SchedulerError
+from cancelctl.errors import SchedulerError
 from cancelctl.jobs.entry import ARRAY_TASK_ENTRY
 from cancelctl.jobs.time_limit import SUBMITIT_LEAD_S, SUBMITIT_TIMEOUTS, TimeLimitPlan
 from cancelctl.spec.cluster import SBATCH_FLAG, line_break_in

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from cancelctl.executors.base import SchedulerError
+from cancelctl.errors import SchedulerError
 from cancelctl.executors.slurm_commands import QUERY_TIMEOUT_S, run_command
 from cancelctl.fileio import atomic_write_json, read_json
 

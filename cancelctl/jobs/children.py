@@ -1,5 +1,5 @@
 """Stopping a job's child process and everything it started: one helper for the verl child
-(cancelctl.backends.verl.entry) and a node's `ray start` (cancelctl.jobs.raycluster).
+(cancelctl.backends.verl.supervisor) and a node's `ray start` (cancelctl.jobs.raycluster).
 
 Both start their child with `start_new_session=True`, so the child leads a process group that holds
 what it starts (verl's driver: the local Ray it starts; `ray start`: the node's Ray processes).

@@ -36,11 +36,14 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cancelctl.jobs import preemption
 from cancelctl.jobs.allocation import Allocation, node_resource
 from cancelctl.jobs.children import stop_group
+
+if TYPE_CHECKING:
+    from cancelctl.tracking.logger import MetricLogger
 
 CLUSTER_JSON = "cluster.json"  # in the run folder: the nodes, addresses and ports of the last attempt
 JOIN_TIMEOUT_S = float(os.environ.get("CANCELCTL_RAY_JOIN_TIMEOUT_S", "120"))
@@ -274,7 +277,7 @@ class RayCluster:
 
 
 @contextmanager
-def run_cluster(allocation: Allocation, run_dir: Path, logger: Any) -> Iterator[RayCluster]:
+def run_cluster(allocation: Allocation, run_dir: Path, logger: MetricLogger) -> Iterator[RayCluster]:
     """Rank 0 of a multi-node run: the allocation's Ray cluster around the workload. Waits for every
     node, proves each runs Ray tasks, records them (cluster.json, MLflow tags `cancelctl.ray.*`),
     watches them while the workload runs, and tears Ray down on the way out."""

@@ -41,7 +41,8 @@ traceback in error.txt; a job killed from outside (scancel, OOM, node failure) i
 scheduler's state; a rerun never submits a completed or active run again.
 """
 
-from cancelctl.executors.base import ArrayPlan, SchedulerError
+from cancelctl.errors import SchedulerError
+from cancelctl.executors.base import ArrayPlan
 from cancelctl.launch.control import cancel_sweep, settle_tracking, sweep_status, wait_for_sweep
 from cancelctl.launch.launcher import LaunchResult, launch_sweep
 from cancelctl.runstate import ACTIVE, TERMINAL, RunState

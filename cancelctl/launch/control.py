@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cancelctl.executors import get_executor
-from cancelctl.executors.base import DECIDE, SHOW, Freshness, SchedulerError
+from cancelctl.errors import SchedulerError
+from cancelctl.executors.base import DECIDE, SHOW, Freshness
 from cancelctl.executors.driver import driver_alive
 from cancelctl.fileio import file_lock, file_lock_if_free, read_json
 from cancelctl.manifest import ManifestBusy

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from cancelctl.errors import SpecError
 from cancelctl.executors import DEFAULT_EXECUTOR, get_executor
-from cancelctl.executors.base import ArrayPlan, Executor, SchedulerError
+from cancelctl.errors import SchedulerError
+from cancelctl.executors.base import ArrayPlan, Executor
 from cancelctl.executors.driver import driver_alive
 from cancelctl.jobs.outcome import archive_error, archive_stop
 from cancelctl.launch.control import mark_not_started, reconcile, stop_runs, sweep_status, wait_for_sweep

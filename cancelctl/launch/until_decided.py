@@ -31,7 +31,7 @@ from cancelctl.errors import ArgumentError, SpecError
 from cancelctl.launch.launcher import LaunchResult, Progress, launch_sweep
 from cancelctl.runstate import ACTIVE, FAILED, RunState
 from cancelctl.seed_rounds import Cell, SeedRounds, load_seed_rounds, save_seed_rounds
-from cancelctl.spec.claims import OUTCOME_KINDS
+from cancelctl.spec.claim_metric import OUTCOME_KINDS
 from cancelctl.spec.expand import Sweep, with_seeds
 from cancelctl.stats.evidence import ALPHA
 from cancelctl.stats.sequential_verdicts import SequentialVerdict

@@ -5,14 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cancelctl.errors import ArgumentError
+
 # Where `prepare` writes when no folder is given; experiments name models/<name>.
 DEFAULT_OUT_DIR = Path("models")
 
 
-class UnknownModel(KeyError):
-    """A name the catalog does not list."""
+class UnknownModel(ArgumentError, KeyError):
+    """A name the catalog does not list: bad input (exit 2 at the CLI); a KeyError to a lookup."""
 
-    def __str__(self) -> str:
+    def __init__(self, message: str):
+        super().__init__(message, title="unknown model")
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
         return str(self.args[0])
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cancelctl.report.model import ReportTable
+from cancelctl.report.prepared import ReportTable
 from cancelctl.stats.verdict_types import Stop
 
 ALERT_COLUMNS = ["run_id", "name", "arm", "seed", "step", "rule", "action", "metric", "value", "threshold", "message"]

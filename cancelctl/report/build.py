@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from cancelctl.errors import ArgumentError, SpecError
+from cancelctl.errors import ArgumentError, SpecError, UnmatchedArmsError
 from cancelctl.report.alerts import SweepAlerts, alerts_table, leave_out_stopped
 from cancelctl.report.claims import claims_notes, verdict_rows, verdicts_as_records
-from cancelctl.report.model import PreparedSweep, Report, ReportTable, UnmatchedArmsError, prepare_sweep
+from cancelctl.report.prepared import UNMATCHED_LOGGED, PreparedSweep, Report, ReportTable, prepare_sweep
 from cancelctl.report.options import ReportOptions
 from cancelctl.report.plots import attach_plots, draw_plots
 from cancelctl.report.render_data import write_table_files
@@ -97,7 +97,7 @@ def build_report(
     violations = compute_match.check_compute_matched(runs, kept.prepared.by_key, tol=options.token_tol)
     violations += hardware_match.check_hardware_matched(runs)  # GPU kinds, CPU kernels
     if violations and not options.allow_unmatched:
-        raise UnmatchedArmsError(violations)
+        raise UnmatchedArmsError([str(v) for v in violations], title=UNMATCHED_LOGGED)
     kappa, kappa_note = _kappa(kept.prepared, options)
     tables = _tables(kept, violations, kappa, sweep.alerts, options)
     if sweep.claims:

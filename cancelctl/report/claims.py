@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from cancelctl.spec.claims import OUTCOME_KINDS, SCALING_KINDS
+from cancelctl.spec.claim_metric import OUTCOME_KINDS, SCALING_KINDS
 from cancelctl.stats.sequential_verdicts import SequentialVerdict
 from cancelctl.stats.verdicts import Verdict
 

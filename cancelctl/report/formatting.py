@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cancelctl.report.model import NOT_MATCHED, Report
+from cancelctl.report.prepared import NOT_MATCHED, Report
 from cancelctl.stats.frames import COMPUTE_KEYS, COMPUTE_LABELS
 
 # under every table that shows a mean [95% CI] over seeds (`intervals.student_t_ci`)

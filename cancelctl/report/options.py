@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cancelctl.errors import ArgumentError, SpecError
-from cancelctl.report.model import CANNOT, ComputeAxis
+from cancelctl.report.prepared import CANNOT
+from cancelctl.spec.metric_keys import ComputeAxis
 from cancelctl.spec.metric_keys import REWARD_KEY
 from cancelctl.stats.frames import COMPUTE_KEYS
 from cancelctl.stats.options import ComparisonOptions

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from cancelctl.report.formatting import fmt_ratio
-from cancelctl.report.model import ENTROPY_KEY, PreparedSweep, Report
+from cancelctl.report.prepared import ENTROPY_KEY, PreparedSweep, Report
 from cancelctl.stats import frames, intervals, scaling
 from cancelctl.stats.frames import COMPUTE_KEYS, COMPUTE_LABELS
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cancelctl.report.model import Report
+from cancelctl.report.prepared import Report
 
 
 def write_table_files(report: Report, tables_dir: Path) -> list[Path]:

@@ -9,7 +9,7 @@ from html import escape
 import pandas as pd
 
 from cancelctl.report.formatting import header_lines
-from cancelctl.report.model import NOT_MATCHED, Report
+from cancelctl.report.prepared import NOT_MATCHED, Report
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto;

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from cancelctl.report.formatting import header_lines
-from cancelctl.report.model import NOT_MATCHED, Report
+from cancelctl.report.prepared import NOT_MATCHED, Report
 
 
 def _md_cell(text: object) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cancelctl.report.formatting import header_lines
-from cancelctl.report.model import NOT_MATCHED, Report
+from cancelctl.report.prepared import NOT_MATCHED, Report
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from cancelctl.report.formatting import CI_NOTE, fmt_interval, fmt_number
-from cancelctl.report.model import PreparedSweep, ReportTable, eval_benchmarks
+from cancelctl.report.prepared import PreparedSweep, ReportTable, eval_benchmarks
 from cancelctl.stats import frames, scaling
 from cancelctl.stats.frames import COMPUTE_KEYS, COMPUTE_LABELS
 

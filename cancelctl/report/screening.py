@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from cancelctl.errors import SpecError
-from cancelctl.report.model import CANNOT, MATCHED_STATES, ReportTable
+from cancelctl.report.prepared import CANNOT, MATCHED_STATES, ReportTable
 from cancelctl.stats.verdict_types import Stop
 
 BUDGET_COLUMN = "budget_steps"  # collect's runs frame: the run's planned training steps (NA: unknown)

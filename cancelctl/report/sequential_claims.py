@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from cancelctl.report.claims import sequential_notes, sequential_records, sequential_rows
-from cancelctl.report.model import PreparedSweep, ReportTable
+from cancelctl.report.prepared import PreparedSweep, ReportTable
 from cancelctl.report.options import ReportOptions
 from cancelctl.report.thresholds import default_kappa
 from cancelctl.seed_rounds import SeedRounds

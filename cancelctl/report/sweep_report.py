@@ -198,7 +198,7 @@ def judge_until_decided(
     (tracking store and run folders, as `report` collects them) and the sweep file's claims, the arms
     compared as `compare` says (the `sweep` verb's --allow-unmatched)."""
     from cancelctl.report.alerts import read_sweep_alerts
-    from cancelctl.report.model import prepare_sweep
+    from cancelctl.report.prepared import prepare_sweep
     from cancelctl.report.screening import screen_points
     from cancelctl.report.sequential_claims import sequential_verdicts
     from cancelctl.tracking import resolve_tracking_uri

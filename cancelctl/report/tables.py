@@ -27,7 +27,7 @@ from cancelctl.report.formatting import (
     fmt_ratio,
 )
 from cancelctl.report.improvement import improvement_table, profile_table
-from cancelctl.report.model import (
+from cancelctl.report.prepared import (
     ENERGY_KEY,
     ENTROPY_KEY,
     G_AXIS,

@@ -11,7 +11,7 @@ import pandas as pd
 
 from cancelctl.errors import ArgumentError
 from cancelctl.report.formatting import fmt_number, fmt_ratio
-from cancelctl.report.model import PreparedSweep, ReportTable
+from cancelctl.report.prepared import PreparedSweep, ReportTable
 from cancelctl.stats import crossing, frames
 from cancelctl.stats.frames import COMPUTE_KEYS, COMPUTE_LABELS
 
@@ -44,18 +44,18 @@ def default_kappa(sweep: PreparedSweep, metric: str) -> tuple[float | None, str]
                f"({'; '.join(flat)}), where every run would reach κ at its first point") if flat else ""
     if not candidates:
         if flat:
-            return None, f"no κ: {no_rise}; no threshold can be set (give one with --threshold)"
+            return None, f"no κ: {no_rise}; no threshold can be set (give one with --kappa)"
         return None, f"no κ: the baseline logged no {metric}"
     kappa = min(candidates)
     note = (
         f"κ = {kappa:.4g} (default: {DEFAULT_KAPPA_FRACTION:.0%} of the way from the baseline's first to its peak "
-        f"seed-mean {metric}, lowest over groups; set it with --threshold)"
+        f"seed-mean {metric}, lowest over groups; set it with --kappa)"
     ) + (f"; groups left out, {no_rise}" if flat else "")
     return kappa, note
 
 
 def check_threshold(kappa: float, sweep: PreparedSweep, metric: str) -> None:
-    """A κ given (--threshold) that lies outside every value of `metric` in the sweep is a mistake
+    """A κ given (--kappa) that lies outside every value of `metric` in the sweep is a mistake
     (exit 2), not a table: below them every run "reaches" it at its first point, above them none ever
     does. Rewards may be negative (a -1/+1 reward): a negative κ inside the range is fine."""
     if not sweep.has(metric):
@@ -69,7 +69,7 @@ def check_threshold(kappa: float, sweep: PreparedSweep, metric: str) -> None:
         return
     where = "below" if kappa < low else "above"
     means = "every run reaches it at its first point" if kappa < low else "no run ever reaches it"
-    raise ArgumentError(f"--threshold {kappa:g} is {where} every value of {metric} in this sweep "
+    raise ArgumentError(f"--kappa {kappa:g} is {where} every value of {metric} in this sweep "
                         f"({low:.4g} … {high:.4g}): {means}; give a κ in that range, or none for the default")
 
 

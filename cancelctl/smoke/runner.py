@@ -309,7 +309,7 @@ def _job_seconds(run_dir: Path) -> float:
 
 
 # error.txt's first line: "FAILED <when> job <id>: RuntimeError: verl exited with status N: <the worker's
-# own exception> (run <name>; log: ...)" (cancelctl.jobs.outcome, backends.verl.entry); the cause is the middle.
+# own exception> (run <name>; log: ...)" (cancelctl.jobs.outcome, backends.verl.supervisor); the cause is the middle.
 _ERROR_PREFIX = re.compile(r"^\S+ \S+ job \S+: ")
 _VERL_EXIT = re.compile(r"^RuntimeError: verl exited with status -?\d+: ")
 _RUN_SUFFIX = re.compile(r" \(run [^;()]+; log: [^()]*\)$")

@@ -22,182 +22,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
-from typing import Annotated, Literal, get_args
+from typing import Literal, get_args
 
-from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import Field, model_validator
 
-from cancelctl.spec.metric_keys import REWARD_KEY
+from cancelctl.spec.claim_metric import OUTCOME_KINDS, ClaimMetric, OutcomeMetric
+from cancelctl.spec.directions import MARGIN_DIRECTIONS, Direction
 from cancelctl.spec.monitor import MonitorSpec, RuleName
-from cancelctl.spec.strict import SpecModel
+from cancelctl.spec.strict import Strict
 
-# every logged eval benchmark (verl's val-core/<benchmark>/acc/mean@k, '@' spelled out): one
-# verdict per benchmark
-EVAL_KEYS = "val-core/*/acc/mean_at_*"
-# in a key, `{last}` stands for the highest logged integer there (the top frequency bucket of
-# cancel/energy_b{k} [D eq. 24], whose count K is a backend setting)
-LAST = "{last}"
-
-MetricKind = Literal[
-    "final", "steps_to_kappa", "compute_to_kappa", "jitter2", "slope", "late_minus_early", "mean",
-    "asymptote", "efficiency", "collapse_rate", "time_to_collapse", "alert_order",
-]
-KAPPA_KINDS = ("steps_to_kappa", "compute_to_kappa")
-# a parameter of ScaleRL's curve R(C) fitted to each run's `key` against its cumulative `compute`
-SCALING_KINDS = ("asymptote", "efficiency")
-# kinds read on a compute axis (`metric.compute`)
-COMPUTE_KINDS = ("compute_to_kappa", *SCALING_KINDS)
-# a run's monitor alerts make these, not a metric key; their runs are compared unpaired (a rate, a
-# time to an event, an order within runs), so a run a rule stopped is an outcome, not a missing value
-OUTCOME_KINDS = ("collapse_rate", "time_to_collapse", "alert_order")
-# `final` is the evaluation at the end of the budget: a run a rule stopped has none; nor has it a
-# compute-scaling fit over the budget's compute (its curve ends at the stop, often falling). Every
-# other curve kind is defined on the curve up to the stop (steps/compute to κ: if κ was reached before it).
-NEEDS_WHOLE_RUN = ("final", *SCALING_KINDS)
-# arm − versus: higher / lower are directional (one-sided test); not_higher / not_lower are
-# non-inferiority claims and similar an equivalence claim, each within a margin that must be given
-# (no number of seeds can show "no difference at all")
-Direction = Literal["higher", "lower", "not_higher", "not_lower", "similar"]
-MARGIN_DIRECTIONS = ("not_higher", "not_lower", "similar")
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-_RULE_SCHEMA = {"enum": list(get_args(RuleName))}
-# one rule or a list of them; read as a list, so a misspelt rule is one error naming the choices
-RuleNames = Annotated[
-    list[RuleName],
-    BeforeValidator(lambda value: [value] if isinstance(value, str) else value),
-    WithJsonSchema({"anyOf": [_RULE_SCHEMA, {"type": "array", "items": _RULE_SCHEMA, "minItems": 1}]}),
-]
 
 
-class _Strict(SpecModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class ClaimMetric(_Strict):
-    """The per-run number a claim compares; each run gives one value, seeds are then paired."""
-
-    kind: MetricKind = Field(
-        ...,
-        description=(
-            "final: last logged value (eval score) [D eq. 22]; steps_to_kappa / compute_to_kappa: first step / "
-            "cumulative compute where `key` reaches kappa [D eq. 19, Table 2]; jitter2: second-difference jitter "
-            "of the curve [D eq. 20]; slope: least-squares slope per step [H §2]; late_minus_early: mean of the "
-            "last `window` of the curve minus mean of the first; mean: mean over logged steps; asymptote / "
-            "efficiency: A / B of ScaleRL's curve R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) fitted to `key` "
-            "against cumulative `compute` per run [ScaleRL, arXiv 2510.13786]"
-        ),
-    )
-    key: str | None = Field(
-        None,
-        description=(
-            f"metric key; '*' globs give one verdict per matching key, '{LAST}' the highest logged integer. "
-            f"Default: {EVAL_KEYS} for final, {REWARD_KEY} for steps/compute to kappa, jitter2, asymptote and "
-            "efficiency; required otherwise"
-        ),
-    )
-    versus_key: str | None = Field(
-        None, description="read this key on the versus side instead of `key` (e.g. cancel/flip_neg vs cancel/flip_pos)"
-    )
-    kappa: float | None = Field(None, description="threshold for steps/compute to kappa; default: the report's kappa")
-    compute: Literal["tokens", "updates", "hours"] = Field(
-        "tokens", description="compute axis of compute_to_kappa, asymptote and efficiency"
-    )
-    smooth_window: int = Field(1, ge=1, description="steps/compute to kappa: trailing mean over this many points")
-    window: float = Field(0.25, gt=0, le=0.5, description="late_minus_early: fraction of the curve at each end")
-    rule: RuleNames | None = Field(
-        None,
-        description=(
-            "collapse_rate / time_to_collapse / alert_order: the monitor rule(s) (spec `monitor:`) whose first "
-            "alert is the run's collapse; a list: the first alert of any of them"
-        ),
-    )
-    first: RuleName | None = Field(
-        None, description="alert_order: the rule predicted to alert before the collapse (e.g. mismatch_growth [H App. D])"
-    )
-    event: Literal["alert", "stop"] = Field(
-        "alert",
-        description=(
-            "collapse_rate / time_to_collapse: a run collapses at the rule's first alert (warn or stop), or only "
-            "where the rule stopped it"
-        ),
-    )
-
-    @model_validator(mode="after")
-    def _consistent(self) -> ClaimMetric:
-        if self.kind in OUTCOME_KINDS:
-            self._outcome_fields()
-            return self
-        if self.rule is not None or self.first is not None or self.event != "alert":
-            raise ValueError(f"metric.rule, metric.first and metric.event apply to {' / '.join(OUTCOME_KINDS)} only")
-        if self.key is None and self.kind in ("slope", "late_minus_early", "mean"):
-            raise ValueError(f"metric.key is required for kind {self.kind!r}")
-        if self.kind not in KAPPA_KINDS and (self.kappa is not None or self.smooth_window != 1):
-            raise ValueError(f"metric.kappa and metric.smooth_window apply to {' / '.join(KAPPA_KINDS)} only")
-        if self.kind not in COMPUTE_KINDS and self.compute != "tokens":
-            raise ValueError(f"metric.compute applies to {' / '.join(COMPUTE_KINDS)} only")
-        if self.kind != "late_minus_early" and self.window != 0.25:
-            raise ValueError("metric.window applies to late_minus_early only")
-        if self.versus_key is not None and "*" in self.resolved_key:
-            raise ValueError("metric.versus_key cannot be combined with a '*' pattern in metric.key")
-        return self
-
-    def _outcome_fields(self) -> None:
-        kind = self.kind
-        if self.rule is None or self.rule == []:
-            raise ValueError(f"metric.rule is required for kind {kind!r}: the monitor rule(s) whose alert is the collapse")
-        if self.key is not None or self.versus_key is not None:
-            raise ValueError(f"metric.key and metric.versus_key do not apply to kind {kind!r}: it reads the monitor's alerts")
-        if self.kappa is not None or self.smooth_window != 1 or self.compute != "tokens" or self.window != 0.25:
-            raise ValueError(f"metric.kappa, smooth_window, compute and window do not apply to kind {kind!r}")
-        if kind == "alert_order":
-            if self.first is None:
-                raise ValueError("metric.first is required for kind 'alert_order': the rule predicted to alert first")
-            if self.first in self.rules:
-                raise ValueError(f"metric.first {self.first!r} is also in metric.rule: an order needs two different rules")
-            if self.event != "alert":
-                raise ValueError("metric.event does not apply to kind 'alert_order' (it orders the rules' first alerts)")
-        elif self.first is not None:
-            raise ValueError("metric.first applies to kind 'alert_order' only")
-
-    @property
-    def rules(self) -> list[str]:
-        """The collapse rule(s) of an outcome kind, as a list (empty for curve kinds)."""
-        return list(dict.fromkeys(self.rule or []))
-
-    @property
-    def resolved_key(self) -> str:
-        """`key`, or the kind's default; for an outcome kind the rule name(s), '+'-joined."""
-        if self.kind in OUTCOME_KINDS:
-            return "+".join(self.rules)
-        if self.key is not None:
-            return self.key
-        return EVAL_KEYS if self.kind == "final" else REWARD_KEY
-
-    @property
-    def label(self) -> str:
-        rules = " or ".join(self.rules)
-        if self.kind == "collapse_rate":
-            return f"share of runs {'stopped' if self.event == 'stop' else 'alerted'} by {rules}"
-        if self.kind == "time_to_collapse":
-            return f"steps to the first {rules} {self.event}"
-        if self.kind == "alert_order":
-            return f"{self.first} alert before {rules}"
-        what = {
-            "final": "final",
-            "steps_to_kappa": "steps to κ",
-            "compute_to_kappa": f"{self.compute} to κ",
-            "jitter2": "Jitter2",
-            "slope": "slope/step",
-            "late_minus_early": "late − early",
-            "mean": "mean",
-            "asymptote": "asymptote A",
-            "efficiency": "efficiency B",
-        }[self.kind]
-        if self.kind in SCALING_KINDS:
-            what = f"{what} (fit on {self.compute})"
-        return f"{what} of {self.resolved_key}" + (f" vs {self.versus_key}" if self.versus_key else "")
-
-
-class ClaimAxis(_Strict):
+class ClaimAxis(Strict):
     """`along:` the grid axis a trend claim takes the slope of arm − versus along."""
 
     axis: str = Field(..., min_length=1, description="a grid path of the sweep (e.g. rollout.G) with >= 2 numeric values")
@@ -208,17 +45,17 @@ class ClaimAxis(_Strict):
     )
 
 
-class ClaimSpec(_Strict):
+class ClaimSpec(Strict):
     """One testable claim: `direction` of (arm − versus) on `metric`, judged per comparison group."""
 
     id: str = Field(..., pattern=_NAME, description="short name, unique in the sweep file")
     source: str = Field(..., min_length=1, description="paper and section, e.g. '[D] §4.5 P3, eq. 22'")
     statement: str = Field(..., min_length=1, description="the claim in one line")
-    metric: ClaimMetric = Field(..., description="what is compared per run: its kind (final, steps_to_kappa, jitter2, slope, ...) and options")
+    metric: ClaimMetric = Field(..., description="the per-run number compared; each kind takes its own fields")
     direction: Direction = Field(
         ...,
         description=(
-            "predicted sign of arm − versus (see MARGIN_DIRECTIONS); alert_order: higher = `first` alerts before the "
+            "predicted sign of arm − versus; not_higher / not_lower / similar within `margin` or `margin_rel`; alert_order: higher = `first` alerts before the "
             "collapse in more than half of the collapsing runs"
         ),
     )
@@ -310,9 +147,9 @@ def rules_off_reason(claim: ClaimSpec, off_by_arm: Mapping[str, Collection[str]]
     """Why an outcome claim cannot be judged: a rule it reads (its collapse rules, an alert order's
     `first`) is `off` in an arm it compares, so that arm's collapses are never seen and 0 of n would
     read as "never collapses". '' when every rule it reads is on, or the claim is not an outcome claim."""
-    if claim.metric.kind not in OUTCOME_KINDS:
+    if not isinstance(claim.metric, OutcomeMetric):
         return ""
-    rules = claim.metric.rules + ([claim.metric.first] if claim.metric.first else [])
+    rules = claim.metric.read_rules
     arms = claim.arms + ([claim.versus] if claim.versus else [])
     off = [(rule, [arm for arm in arms if rule in off_by_arm.get(arm, ())]) for rule in rules]
     off = [(rule, where) for rule, where in off if where]

@@ -6,7 +6,7 @@ sweeps refused, naming both lines; trend claims' axes checked against the grid.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -19,17 +19,35 @@ from cancelctl.spec.yamlpos import Location
 
 
 def _model_at(model: type[BaseModel], keys: tuple) -> type[BaseModel] | None:
-    for key in keys:
-        f = model.model_fields.get(key) if isinstance(key, str) else None
-        if f is None:
-            return None
-        ann = f.annotation
-        candidates = [ann, *getattr(ann, "__args__", ())]
-        nxt = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
-        if nxt is None:
-            return None
-        model = nxt
-    return model
+    return _walk(model, keys)[0]
+
+
+def _walk(model: type[BaseModel] | None, keys: tuple) -> tuple[type[BaseModel] | None, tuple]:
+    """The spec model at `keys` below `model` (None: not a model), and `keys` without the tags
+    pydantic puts in the path of a discriminated union (`claims.0.metric.final.window`: the
+    `final` kind's model, at `claims.0.metric.window`). A list index stays on the list's model."""
+    kept: list = []
+    index = 0
+    while index < len(keys):
+        key = keys[index]
+        kept.append(key)
+        index += 1
+        if isinstance(key, int) or model is None:
+            continue
+        field = model.model_fields.get(key)
+        if field is None:
+            model = None
+            continue
+        candidates = [field.annotation, *get_args(field.annotation)]
+        models = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        tag = keys[index] if index < len(keys) else None
+        if field.discriminator and isinstance(tag, str):
+            tagged = [m for m in models if tag in get_args(m.model_fields[str(field.discriminator)].annotation)]
+            if tagged:
+                model, index = tagged[0], index + 1
+                continue
+        model = models[0] if models else None
+    return model, tuple(kept)
 
 
 def check_axis_paths(sweep: SweepSpec, positions: dict, file: str) -> None:
@@ -153,8 +171,9 @@ def sweep_issues(exc: ValidationError, positions: dict, file: str) -> list[SpecI
     issues = []
     for err in exc.errors():
         loc = tuple(err["loc"])
-        location, _ = _nearest(positions, (), loc)
-        issues.append(SpecIssue(location or Location(file, 1, 1), _dotted(loc), describe(err, SweepSpec, loc)))
+        path = _walk(SweepSpec, loc)[1]
+        location, _ = _nearest(positions, (), path)
+        issues.append(SpecIssue(location or Location(file, 1, 1), _dotted(path), describe(err, SweepSpec, loc)))
     return issues
 
 

@@ -69,6 +69,13 @@ def _is_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _union_models(field: FieldInfo) -> list[type[BaseModel]]:
+    """The models of a union discriminated on a field (a claim's `metric` by `kind`); [] otherwise."""
+    if not field.discriminator:
+        return []
+    return [arg for arg in get_args(field.annotation) if isinstance(arg, type) and issubclass(arg, BaseModel)]
+
+
 def _per_loss_defaults() -> dict[str, str]:
     """The defaults that depend on `algorithm.loss`, as the reference's default cell shows them: each value
     with the losses that take it ("per loss: `0.2` grpo, dapo; `0.0003` gspo, dfpo")."""
@@ -97,6 +104,8 @@ def _linked(kind: str, links: dict[type, str]) -> str:
 def _row(name: str, field: FieldInfo, links: dict[type, str] | None = None,
          per_loss: dict[str, str] | None = None) -> str:
     kind = _linked(_type_name(field.annotation), links or {})
+    if _union_models(field):
+        kind = f"mapping by `{field.discriminator}`: the fields of its kind (below)"
     choices = next((m.json_schema.get("enum") for m in field.metadata
                     if isinstance(m, WithJsonSchema) and isinstance(m.json_schema, dict)), None)
     if choices:  # a name checked against a live catalog (losses, executors): its choices today
@@ -129,7 +138,7 @@ def fields_table(model: type[BaseModel], prefix: str, links: dict[type, str] | N
             path = f"{prefix}.{name}" if prefix else name
             rows.append(_row(path, field, links, per_loss))
             inner = _is_model(field.annotation)
-            if inner is not None:
+            if inner is not None and not _union_models(field):
                 add(inner, path + ("[]" if get_origin(field.annotation) is list else ""))
 
     add(model, prefix)
@@ -211,6 +220,12 @@ def spec_reference_markdown() -> str:
         out += ["", f"### `{name}`", ""] + ([_doc(model), ""] if _doc(model) else [])
         out += [fields_table(model, name, links, per_loss)]
     out += ["", "## Claims: each entry of `claims`", "", _doc(ClaimSpec), "", fields_table(ClaimSpec, "claims[]", links)]
+    metric = ClaimSpec.model_fields["metric"]
+    out += ["", "### `claims[].metric`, by `kind`", "",
+            "Each kind takes its own fields and no other (a field of another kind is an unknown field)."]
+    for model in _union_models(metric):
+        kinds = ", ".join(f"`{k}`" for k in get_args(model.model_fields["kind"].annotation))
+        out += ["", f"#### `kind`: {kinds}", "", _doc(model), "", fields_table(model, "claims[].metric", links)]
     return "\n".join(out) + "\n"
 
 

@@ -9,7 +9,14 @@ from collections.abc import Callable, Mapping
 
 import pandas as pd
 
-from cancelctl.spec.claims import COMPUTE_KINDS, KAPPA_KINDS, NEEDS_WHOLE_RUN, SCALING_KINDS, ClaimMetric
+from cancelctl.spec.claim_metric import (
+    NEEDS_WHOLE_RUN,
+    ComputeToKappaMetric,
+    CurveMetric,
+    LateMinusEarlyMetric,
+    ScalingMetric,
+    StepsToKappaMetric,
+)
 from cancelctl.stats.crossing import compute_at_reward, steps_to_threshold
 from cancelctl.stats.curves import jitter2, late_minus_early, slope
 from cancelctl.stats.frames import COMPUTE_KEYS, on_compute_axis
@@ -17,7 +24,7 @@ from cancelctl.stats.scaling import ComputeCurveError, fit_compute_curve
 from cancelctl.stats.verdict_types import Stop
 
 
-def stopped_note(metric: ClaimMetric, arm: str, arm_runs: pd.DataFrame, stops: Mapping[str, Stop]) -> tuple[str, int]:
+def stopped_note(metric: CurveMetric, arm: str, arm_runs: pd.DataFrame, stops: Mapping[str, Stop]) -> tuple[str, int]:
     """What the claim did with the arm's runs a monitor rule stopped, and how many it had to leave out."""
     hit = [(seed, stops[str(r)]) for r, seed in zip(arm_runs["run_id"], arm_runs["seed"]) if str(r) in stops]
     if not hit:
@@ -31,7 +38,7 @@ def stopped_note(metric: ClaimMetric, arm: str, arm_runs: pd.DataFrame, stops: M
 
 
 def per_run(
-    metric: ClaimMetric, key: str, arm_runs: pd.DataFrame, by_key: dict[str, pd.DataFrame], kappa: float | None,
+    metric: CurveMetric, key: str, arm_runs: pd.DataFrame, by_key: dict[str, pd.DataFrame], kappa: float | None,
     stops: Mapping[str, Stop] | None = None,
 ) -> tuple[pd.Series, str, list[str]]:
     """seed -> value for the arm's runs (a seed may repeat), or the reason there is none; and the
@@ -43,10 +50,12 @@ def per_run(
     points = points[points["run_id"].isin(arm_runs["run_id"])]
     if points.empty:
         return none, f"not logged for arm {arm_runs['arm'].iloc[0]!r}: {key}", []
-    threshold = metric.kappa if metric.kappa is not None else kappa
-    if metric.kind in KAPPA_KINDS and threshold is None:
-        return none, "no κ: give metric.kappa in the claim or the report's threshold", []
-    if metric.kind in COMPUTE_KINDS:
+    threshold = None
+    if isinstance(metric, StepsToKappaMetric):  # compute_to_kappa too
+        threshold = metric.kappa if metric.kappa is not None else kappa
+        if threshold is None:
+            return none, "no κ: give metric.kappa in the claim or the report's --kappa", []
+    if isinstance(metric, (ComputeToKappaMetric, ScalingMetric)):
         compute_key = COMPUTE_KEYS[metric.compute]
         if compute_key not in by_key:
             return none, f"not logged: {compute_key}", []
@@ -84,27 +93,27 @@ def per_run(
     if no_fit:
         arm = arm_runs["arm"].iloc[0]
         why = "; ".join(f"{names([r])}: {reason}" for r, reason in sorted(no_fit.items(), key=lambda item: seeds[item[0]]))
-        return none, f"arm {arm!r}: no compute-scaling fit of {key} on {metric.compute} ({why})", cut_short
+        return none, f"arm {arm!r}: no compute-scaling fit of {key} on {getattr(metric, 'compute', '')} ({why})", cut_short
     return pd.Series(list(values.values()), index=[seeds[r] for r in values], dtype=float), "", cut_short
 
 
-def reducer(metric: ClaimMetric, kappa: float | None) -> Callable[[pd.DataFrame], float | None]:
+def reducer(metric: CurveMetric, kappa: float | None) -> Callable[[pd.DataFrame], float | None]:
     """The per-run statistic of a claim's metric; a part is one run's points sorted by step."""
     kind = metric.kind
     if kind == "final":
         return lambda part: float(part["value"].iloc[-1])
-    if kind == "steps_to_kappa":
-        return lambda part: steps_to_threshold(part["step"], part["value"], kappa, metric.smooth_window)
-    if kind == "compute_to_kappa":
+    if isinstance(metric, ComputeToKappaMetric):
         return lambda part: compute_at_reward(part["compute"], part["value"], kappa, metric.smooth_window)
+    if isinstance(metric, StepsToKappaMetric):
+        return lambda part: steps_to_threshold(part["step"], part["value"], kappa, metric.smooth_window)
+    if isinstance(metric, LateMinusEarlyMetric):
+        return lambda part: late_minus_early(part["value"].to_numpy(), metric.window)
+    if isinstance(metric, ScalingMetric):
+        return lambda part: getattr(fit_compute_curve(part["compute"], part["value"]), kind)
     if kind == "jitter2":
         return lambda part: jitter2(part["value"].to_numpy())
     if kind == "slope":
         return lambda part: slope(part["step"].to_numpy(float), part["value"].to_numpy())
-    if kind == "late_minus_early":
-        return lambda part: late_minus_early(part["value"].to_numpy(), metric.window)
     if kind == "mean":
         return lambda part: float(part["value"].mean())
-    if kind in SCALING_KINDS:
-        return lambda part: getattr(fit_compute_curve(part["compute"], part["value"]), kind)
     raise ValueError(f"unknown metric kind {kind!r}")

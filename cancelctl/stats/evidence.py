@@ -26,6 +26,7 @@ from typing import Literal
 
 import numpy as np
 
+from cancelctl.spec.directions import bounds_of
 from cancelctl.stats.intervals import student_t_ci
 from cancelctl.stats.paired import paired_t_test
 
@@ -74,20 +75,10 @@ def paired_evidence(
         return doubled(paired_t_test(xs, base, alternative=alternative, shift=shift).p)
 
     m = float(margin)
-    if direction == "higher":
-        p_for, p_against, distance = p(0.0, "greater"), p(0.0, "less"), ci.mean
-    elif direction == "lower":
-        p_for, p_against, distance = p(0.0, "less"), p(0.0, "greater"), -ci.mean
-    elif direction == "not_higher":  # non-inferiority, mirrored: effect < m
-        p_for, p_against, distance = p(m, "less"), p(m, "greater"), m - ci.mean
-    elif direction == "not_lower":  # non-inferiority: effect > −m
-        p_for, p_against, distance = p(-m, "greater"), p(-m, "less"), ci.mean + m
-    elif direction == "similar":  # TOST: −m < effect < m (the interval inside); outside: beyond either margin
-        p_for = max(p(-m, "greater"), p(m, "less"))
-        p_against = min(p(m, "greater"), p(-m, "less"))
-        distance = m - abs(ci.mean)
-    else:
-        raise ValueError(f"unknown direction {direction!r}")
+    bounds = bounds_of(direction)  # the claim: the effect beyond each bound; against it: short of one
+    p_for = _nan_or(max, [p(b.at(m), "greater" if b.side > 0 else "less") for b in bounds])
+    p_against = _nan_or(min, [p(b.at(m), "less" if b.side > 0 else "greater") for b in bounds])
+    distance = min(b.side * (ci.mean - b.at(m)) for b in bounds)
     if d.size < 2:  # no test (the t-test's p is NaN; max/min would hide it)
         p_for = p_against = math.nan
     return Evidence(int(d.size), ci.mean, ci.lo, ci.hi, sd, m, distance, p_for, p_against)
@@ -106,18 +97,9 @@ def decide(p_for_holm: float, p_against_holm: float, alpha: float = ALPHA) -> St
     return "inconclusive"
 
 
-def predicted_range(direction: str, margin: float = math.nan, center: float = 0.0) -> tuple[float, float]:
-    """The open range of the effect a claim predicts, around `center` (0 for a difference, 1/2 for a
-    share): higher (c, ∞), lower (−∞, c), not_higher (−∞, c + m), not_lower (c − m, ∞), similar
-    (c − m, c + m)."""
-    m = margin if math.isfinite(margin) else 0.0
-    ranges = {
-        "higher": (center, math.inf), "lower": (-math.inf, center), "not_higher": (-math.inf, center + m),
-        "not_lower": (center - m, math.inf), "similar": (center - m, center + m),
-    }
-    if direction not in ranges:
-        raise ValueError(f"unknown direction {direction!r}")
-    return ranges[direction]
+def _nan_or(pick, values: list[float]) -> float:
+    """max / min of the p-values, NaN when any is NaN (a test that could not be run decides nothing)."""
+    return math.nan if any(math.isnan(v) for v in values) else pick(values)
 
 
 def interval_agrees(status: Status, ci_lo: float, ci_hi: float, predicted: tuple[float, float]) -> bool:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from cancelctl.spec.claims import ClaimSpec, rules_off_reason
+from cancelctl.spec.directions import sign
 from cancelctl.spec.monitor import MonitorSpec
 from cancelctl.stats.evidence import doubled
 from cancelctl.stats.rates import compare_rates, runs_for_rate_difference, runs_for_share, share_test
@@ -148,12 +149,13 @@ def judge_outcome(claim: ClaimSpec, in_group: pd.DataFrame, base: Verdict, judgi
 def _rate_evidence(claim: ClaimSpec, base, a: list[Outcome], b: list[Outcome]):
     k_a, k_b = sum(o.collapsed for o in a), sum(o.collapsed for o in b)
     test = compare_rates(k_a, len(a), k_b, len(b))
-    p_for, p_against = (test.p_greater, test.p_less) if claim.direction == "higher" else (test.p_less, test.p_greater)
+    side = sign(claim.direction)
+    p_for, p_against = (test.p_greater, test.p_less) if side > 0 else (test.p_less, test.p_greater)
     p_for, p_against = doubled(p_for), doubled(p_against)
     return replace(
         base, metric=f"{base.metric}: {k_a}/{len(a)} vs {k_b}/{len(b)}", test="exact score (unconditional)",
         arm_mean=k_a / len(a), versus_mean=k_b / len(b), effect=test.difference, ci_lo=test.ci_lo, ci_hi=test.ci_hi,
-        distance=test.difference if claim.direction == "higher" else -test.difference, p=p_for, p_against=p_against,
+        distance=side * test.difference, p=p_for, p_against=p_against,
         event_fraction=(k_a + k_b) / (len(a) + len(b)),
     )
 
@@ -169,13 +171,14 @@ def _time_evidence(claim: ClaimSpec, base, a: list[Outcome], b: list[Outcome]):
     test = compare_times([o.step for o in a], [o.collapsed for o in a], [o.step for o in b], [o.collapsed for o in b])
     lr = test.logrank
     # time lower = the collapse comes sooner = arm's hazard higher (z > 0)
-    p_for, p_against = (lr.p_sooner, lr.p_later) if claim.direction == "lower" else (lr.p_later, lr.p_sooner)
+    side = sign(claim.direction)
+    p_for, p_against = (lr.p_sooner, lr.p_later) if side < 0 else (lr.p_later, lr.p_sooner)
     p_for, p_against = doubled(p_for), doubled(p_against)
     return replace(
         base, metric=f"{base.metric} (mean ≤ {test.horizon:.0f} steps; {events[0]}/{len(a)} vs {events[1]}/{len(b)} collapsed)",
         test="log-rank" + (" (exact permutation)" if lr.exact else ""),
         arm_mean=test.mean_a, versus_mean=test.mean_b, effect=test.difference, ci_lo=test.ci_lo, ci_hi=test.ci_hi,
-        distance=-test.difference if claim.direction == "lower" else test.difference, p=p_for, p_against=p_against,
+        distance=side * test.difference, p=p_for, p_against=p_against,
         log_hazard_ratio=lr.log_hazard_ratio, event_fraction=sum(events) / (len(a) + len(b)),
     )
 
@@ -205,10 +208,11 @@ def _judge_order(claim: ClaimSpec, in_group: pd.DataFrame, alerts: pd.DataFrame,
     if n == 0:
         return replace(base, reason=f"no run of {', '.join(claim.arms)} collapsed ({' or '.join(metric.rules)})")
     test = share_test(before, n)
-    p_for, p_against = (test.p_greater, test.p_less) if claim.direction == "higher" else (test.p_less, test.p_greater)
+    side = sign(claim.direction)
+    p_for, p_against = (test.p_greater, test.p_less) if side > 0 else (test.p_less, test.p_greater)
     p_for, p_against = doubled(p_for), doubled(p_against)
     base = replace(base, arm_mean=test.share, versus_mean=0.5, effect=test.share, ci_lo=test.ci_lo, ci_hi=test.ci_hi,
-                   distance=(test.share - 0.5) * (1 if claim.direction == "higher" else -1), p=p_for, p_against=p_against)
+                   distance=(test.share - 0.5) * side, p=p_for, p_against=p_against)
     if n < MIN_ORDER_RUNS:
         return replace(base, p=math.nan, p_against=math.nan, reason=(
             f"{n} collapsing run(s) with an order; the sign test needs ≥ {MIN_ORDER_RUNS} (p ≥ 2/2^{n} otherwise)"))

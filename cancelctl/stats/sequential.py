@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from cancelctl.spec.claims import MARGIN_DIRECTIONS
+from cancelctl.spec.directions import bounds_of
 
 PRIOR_VARIANCE = 2.0  # g: variance of the half-normal prior on the standardized effect (see above)
 
@@ -112,22 +112,16 @@ def look_evidence(
 ) -> LookEvidence:
     """The e-values of a claim's `direction` from the mean and sd of its n paired differences
     (arm − versus); `margin` as `evidence.paired_evidence` uses it (absolute, > 0)."""
-    m = float(margin) if direction in MARGIN_DIRECTIONS else 0.0
+    bounds = bounds_of(direction)
+    m = float(margin) if any(b.margins for b in bounds) else 0.0
 
     def e(side: int, shift: float) -> float:
         return e_value(effect, sd, n, side, shift, g)
 
-    if direction == "higher":
-        return LookEvidence(n, (e(1, 0.0),), e(-1, 0.0))
-    if direction == "lower":
-        return LookEvidence(n, (e(-1, 0.0),), e(1, 0.0))
-    if direction == "not_higher":  # effect < m
-        return LookEvidence(n, (e(-1, m),), e(1, m))
-    if direction == "not_lower":  # effect > −m
-        return LookEvidence(n, (e(1, -m),), e(-1, -m))
-    if direction == "similar":  # −m < effect < m; outside: the mean of the two outside e-processes
-        return LookEvidence(n, (e(1, -m), e(-1, m)), 0.5 * (e(1, m) + e(-1, -m)))
-    raise ValueError(f"unknown direction {direction!r}")
+    # for: the effect beyond each bound (TOST's two for `similar`); against: short of one, the mean
+    # of the e-processes when there are two (`similar`'s outside: beyond either margin)
+    against = [e(-b.side, b.at(m)) for b in bounds]
+    return LookEvidence(n, tuple(e(b.side, b.at(m)) for b in bounds), against[0] if len(against) == 1 else 0.5 * sum(against))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from cancelctl.spec.claims import OUTCOME_KINDS
+from cancelctl.spec.claim_metric import OUTCOME_KINDS
 from cancelctl.stats.evidence import ALPHA, decide
 from cancelctl.stats.sequential import PRIOR_VARIANCE, LookEvidence, first_decision, look_evidence
 from cancelctl.stats.verdicts import Verdict, agreeing

@@ -13,7 +13,8 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from cancelctl.spec.claims import NEEDS_WHOLE_RUN, ClaimSpec
+from cancelctl.spec.claim_metric import NEEDS_WHOLE_RUN
+from cancelctl.spec.claims import ClaimSpec
 from cancelctl.stats.claim_values import per_run, stopped_note
 from cancelctl.stats.compute_match import check_compute_matched
 from cancelctl.stats.evidence import paired_evidence

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from cancelctl.spec.claims import MARGIN_DIRECTIONS, ClaimSpec
+from cancelctl.spec.claims import ClaimSpec
+from cancelctl.spec.directions import MARGIN_DIRECTIONS
 from cancelctl.stats.evidence import ALPHA, Status
 from cancelctl.stats.options import ComparisonOptions
 

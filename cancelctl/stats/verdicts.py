@@ -63,8 +63,10 @@ from dataclasses import replace
 
 import pandas as pd
 
-from cancelctl.spec.claims import LAST, OUTCOME_KINDS, ClaimMetric, ClaimSpec
-from cancelctl.stats.evidence import decide, interval_agrees, predicted_range
+from cancelctl.spec.claim_metric import LAST, OUTCOME_KINDS, CurveMetric
+from cancelctl.spec.claims import ClaimSpec
+from cancelctl.spec.directions import predicted_range
+from cancelctl.stats.evidence import decide, interval_agrees
 from cancelctl.stats.frames import group_order, split_by_key
 from cancelctl.stats.options import ComparisonOptions
 from cancelctl.stats.outcomes import judge_outcome, planned_seeds
@@ -165,7 +167,7 @@ def agreeing(v: Verdict) -> Verdict:
     return replace(v, status="inconclusive", notes="; ".join(filter(None, [v.notes, why])))
 
 
-def _resolve_keys(metric: ClaimMetric, by_key: dict[str, pd.DataFrame]) -> list[tuple[str, str]]:
+def _resolve_keys(metric: CurveMetric, by_key: dict[str, pd.DataFrame]) -> list[tuple[str, str]]:
     """(key, versus key) pairs to judge; an unmatched pattern is kept as is (reported not logged)."""
     key = metric.resolved_key
     if "*" in key:

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 from cancelctl import fencing
 from cancelctl.fileio import raise_naming
@@ -40,6 +41,15 @@ RUN_STATUSES = ("SCHEDULED", "RUNNING", *TERMINAL_STATUSES)
 MAX_BUFFERED_POINTS = 50_000  # beyond this, a busy store's points are re-read from metrics.jsonl
 
 StoreAction = Callable[["object", StoreProgress, SyncState], None]  # (MlflowClient, progress, state)
+
+
+class MetricLogger(Protocol):
+    """What a backend's `train` and the job around it log through (`RunLogger` is the one the jobs
+    hand them; a test's list logger is another)."""
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None: ...
+    def flush(self, wait: bool = True) -> None: ...
+    def set_tags(self, tags: Mapping[str, str]) -> None: ...
 
 
 class RunLogger:

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 import losses
 from cancelctl.bench.losses import format_loss_benchmark, loss_benchmark_table, run_loss_benchmark
 from cancelctl.cli import app
+from cancelctl.errors import ArgumentError
 
 
 def test_run_loss_benchmark_reports_every_loss_variant_and_transform():
@@ -38,7 +39,7 @@ def test_run_loss_benchmark_reports_every_loss_variant_and_transform():
     table = loss_benchmark_table(rows)
     assert table.row_count == len(rows)
     assert "dfpo(min_replace, ablation stop_grad=False)" in list(table.columns[1].cells)  # labels survive rich
-    with pytest.raises(ValueError, match="multiple of --group"):
+    with pytest.raises(ArgumentError, match="multiple of --group"):
         run_loss_benchmark(rows=10, group=4)
 
 

@@ -353,10 +353,14 @@ def test_an_unknown_sweep_is_named_as_such_exit_2(verb, ran_sweep):
 
 def test_argument_errors_say_they_are_about_arguments(ran_sweep, tmp_path):
     _, path = ran_sweep
-    for args in (["sweep", str(path), "--executor", "foo", "-w", str(tmp_path)], ["render", str(path), "--run", "nope"]):
-        result = runner.invoke(app, args)
-        assert result.exit_code == 2 and "invalid argument" in result.output, result.output
-        assert "invalid experiment spec" not in result.output
+    result = runner.invoke(app, ["render", str(path), "--run", "nope"])
+    assert result.exit_code == 2 and "invalid argument" in result.output, result.output
+    assert "invalid experiment spec" not in result.output
+    # a choice typer checks itself: its bad-parameter screen, before the verb runs
+    result = runner.invoke(app, ["sweep", str(path), "--executor", "foo", "-w", str(tmp_path)])
+    assert result.exit_code == 2 and "Invalid value for '--executor'" in result.output, result.output
+    assert "'foo': expected 'local', 'slurm' or 'debug'" in result.output
+    assert "invalid experiment spec" not in result.output and not (tmp_path / "sweeps").exists()
 
 
 def test_a_metric_typo_lists_the_known_metrics_exit_2(ran_sweep, tmp_path, monkeypatch):
@@ -370,9 +374,9 @@ def test_a_metric_typo_lists_the_known_metrics_exit_2(ran_sweep, tmp_path, monke
 @pytest.mark.parametrize("kappa, where", [("-5", "below"), ("50", "above")])
 def test_a_threshold_outside_the_metrics_values_is_bad_input_exit_2(ran_sweep, tmp_path, monkeypatch, kappa, where):
     monkeypatch.chdir(tmp_path)
-    result = runner.invoke(app, ["report", "rt", "-w", str(ran_sweep[0]), "--threshold", kappa])
+    result = runner.invoke(app, ["report", "rt", "-w", str(ran_sweep[0]), "--kappa", kappa])
     assert result.exit_code == 2, result.output
-    assert f"--threshold {kappa} is {where} every value of critic/score/mean in this sweep" in result.output
+    assert f"--kappa {kappa} is {where} every value of critic/score/mean in this sweep" in result.output
     assert not (tmp_path / "results").exists()  # nothing written
 
 
@@ -507,7 +511,7 @@ def test_list_names_a_manifest_field_of_the_wrong_type_instead_of_a_traceback(tm
     assert "unreadable" in result.output and field[0] in result.output
 
 
-@pytest.mark.parametrize("args", [["report", "--threshold", "nan"], ["report", "-k", "inf"], ["watch", "--refresh", "inf"]])
+@pytest.mark.parametrize("args", [["report", "--kappa", "nan"], ["report", "-k", "inf"], ["watch", "--refresh", "inf"]])
 def test_float_options_refuse_nan_and_inf(args, tmp_path):
     result = runner.invoke(app, [*args, "s", "-w", str(tmp_path)])
     assert result.exit_code == 2 and args[1] in result.output and "finite" in result.output, result.output
@@ -528,3 +532,45 @@ def test_plan_shows_the_allocations_each_slurm_run_needs_and_validate_warns_of_a
     assert checked.exit_code == 0, checked.output  # a warning, not a refusal
     assert "warning: cluster.time_min 1 may not hold start-up" in checked.output and "[arm big]" in checked.output
     assert "[arm a" not in checked.output.replace("[arm big]", "")
+
+
+@pytest.mark.parametrize(("argv", "choices"), [
+    (["report", "--compute", "flops"], "'tokens', 'updates', 'hours'"),
+    (["bench", "losses", "--device", "tpu"], "'cpu', 'cuda'"),
+])
+def test_choices_are_listed_and_others_refused_by_typer(argv, choices):
+    """A choice option's values are in its --help, and typer refuses any other with exit 2 before the verb runs."""
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2 and f"is not one of {choices}" in result.output, result.output
+    shown = runner.invoke(app, [*argv[:-2], "--help"]).output
+    assert f"<{choices.replace(chr(39), '').replace(', ', '|')}>" in shown
+
+
+def test_one_boolean_style_a_flag_or_a_pair_for_what_is_on_by_default():
+    """A flag that is off by default is `--flag` alone; only an option on by default (or left to the
+    executor: `--wait`) takes a `--no-` form. Every option is keyword-only in its verb."""
+    import inspect
+
+    import typer.main
+
+    group = typer.main.get_command(app)
+    ctx = group.make_context("cancelctl", ["--help"], resilient_parsing=True)
+    paired = set()
+    for name, command in _commands(group, ctx):
+        for param in command.params:
+            if getattr(param, "is_bool_flag", False) and param.secondary_opts:
+                paired.add(f"{name} {param.opts[0]}")
+            if param.param_type_name == "option" and command.callback is not None and param.name in inspect.signature(
+                    command.callback).parameters:
+                kind = inspect.signature(command.callback).parameters[param.name].kind
+                assert kind is inspect.Parameter.KEYWORD_ONLY, f"{name} {param.opts[0]} is not keyword-only"
+    assert paired == {"sweep --wait", "bench losses --verl"}
+
+
+def _commands(group, ctx, prefix=""):
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if hasattr(command, "list_commands"):
+            yield from _commands(command, ctx, f"{prefix}{name} ")
+        else:
+            yield f"{prefix}{name}", command

@@ -30,7 +30,14 @@ def test_list_says_the_rows_prepare_writes_for_the_small_models_set():
 def test_an_unknown_name_is_bad_input_naming_the_known_ones(tmp_path):
     result = runner.invoke(app, ["data", "prepare", "nope", "--out", str(tmp_path)])
     assert result.exit_code == 2
-    assert "nope" in result.output and "chain_sum" in result.output
+    assert "nope" in result.output and "chain_sum" in result.output and "unknown dataset" in result.output
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_unknown_model_is_bad_input_naming_the_known_ones(tmp_path):
+    """The catalogs' lookups raise argument errors: the CLI's one handler says so, no per-verb except."""
+    result = runner.invoke(app, ["model", "prepare", "nope", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "unknown model" in result.output and "no model 'nope'" in result.output
     assert not any(tmp_path.iterdir())
 
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from cancelctl.cli import app
 from cancelctl.errors import WorkdirStateError
-from cancelctl.executors.base import SchedulerError
+from cancelctl.errors import SchedulerError
 from cancelctl.fileio import LockBusy
 
 runner = CliRunner()

@@ -120,7 +120,8 @@ def test_unknown_executor_is_bad_input_naming_the_known_ones(inproc):
         get_executor("k8s")
     for argv in (["sweep", "x.yaml"], ["smoke", "x.yaml"]):
         result = CliRunner().invoke(app, [*argv, "--executor", "k8s"])
-        assert result.exit_code == 2 and f"--executor 'k8s': {expected}" in result.output, result.output
+        assert result.exit_code == 2 and f"--executor' / '-e': 'k8s': {expected}" in result.output, result.output
+    assert "<local|slurm|debug|inproc>" in CliRunner().invoke(app, ["sweep", "--help"]).output  # --help lists them
 
 
 def test_built_in_executors_are_registered_and_wait_as_before():

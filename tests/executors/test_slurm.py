@@ -296,7 +296,7 @@ def test_classify_keeps_a_silent_schedulers_runs_and_fails_only_on_a_positive_an
 
 
 def test_a_submission_is_abandoned_only_when_both_commands_say_no_such_job(monkeypatch):
-    from cancelctl.executors.base import SchedulerError
+    from cancelctl.errors import SchedulerError
 
     _scheduler(monkeypatch, "", RuntimeError(UNREACHABLE))  # sacct has not recorded it; squeue silent
     with pytest.raises(SchedulerError, match="cannot tell whether jobs cancelctl:s:tok were submitted"):
@@ -313,7 +313,7 @@ def test_scheduler_output_that_is_not_utf8_is_read_with_replacement_characters()
 def test_an_unreachable_controller_at_test_only_is_a_runtime_failure_not_bad_settings(monkeypatch, tmp_path):
     from subprocess import CompletedProcess
 
-    from cancelctl.executors.base import SchedulerError
+    from cancelctl.errors import SchedulerError
 
     monkeypatch.setattr(slurm_mod, "run_command", lambda cmd, **_: CompletedProcess(
         cmd, 1, "", "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)\n"))
@@ -334,7 +334,7 @@ def test_an_unreachable_controller_at_test_only_is_a_runtime_failure_not_bad_set
 def test_only_a_clear_refusal_from_sbatch_means_nothing_was_queued(monkeypatch, tmp_path, returncode, stdout, stderr, lost):
     from subprocess import CompletedProcess
 
-    from cancelctl.executors.base import SchedulerError
+    from cancelctl.errors import SchedulerError
 
     monkeypatch.setattr(slurm_mod, "run_command", lambda cmd, **_: CompletedProcess(cmd, returncode, stdout, stderr))
     with pytest.raises(SchedulerError) as raised:

@@ -12,7 +12,8 @@ import pytest
 from report_frames import report_for, synthetic_sweep
 
 from cancelctl.errors import SpecError
-from cancelctl.report.model import NOT_MATCHED, UnmatchedArmsError
+from cancelctl.errors import UnmatchedArmsError
+from cancelctl.report.prepared import NOT_MATCHED
 
 
 def test_writes_every_file(report):

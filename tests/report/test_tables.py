@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from report_frames import report_for, synthetic_sweep
 
-from cancelctl.report.model import pass_at_k_keys
+from cancelctl.report.prepared import pass_at_k_keys
 from cancelctl.stats import crossing, curves, intervals, paired
 from cancelctl.stats.intervals import unit_interval_ci
 
@@ -257,7 +257,7 @@ def test_tables_call_the_equation_functions(module, equation, table, column, tmp
 @pytest.mark.parametrize("kappa", [-5.0, 5.0])
 def test_a_threshold_no_curve_can_cross_is_refused_exit_2(tmp_path, kappa):
     """κ below every reward (each run 'reaches' it at its first point) or above every reward (none
-    ever does) makes the threshold tables say nothing true: --threshold refuses it."""
+    ever does) makes the threshold tables say nothing true: --kappa refuses it."""
     from cancelctl.errors import ArgumentError
 
     with pytest.raises(ArgumentError) as caught:

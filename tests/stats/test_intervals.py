@@ -1,5 +1,5 @@
 """Intervals over seeds: the coverage Student's t interval keeps at the lab's seed spreads and the
-bootstraps' shortfall at few seeds (simulated, cancelctl.bench.intervals), edge cases, curve bands."""
+bootstraps' shortfall at few seeds (simulated, benchmarks/interval_coverage.py), edge cases, curve bands."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cancelctl.bench.intervals import LAB_DEMO_FINAL, coverage, seed_sets
+from benchmarks.interval_coverage import LAB_DEMO_FINAL, coverage, seed_sets
 from cancelctl.stats.intervals import band_on_grid, bootstrap_ci, student_t_ci, t_half_width, unit_interval_ci
 
 PROMISED = 0.93  # a nominal 95% interval must cover at least this at every n in 3..10

@@ -1,7 +1,7 @@
 """The loss a spec asks for, built from `losses/` by name, and the per-row weights it applies.
 
 The loss and its row weights come from the registry (`losses.catalog`), the wrappers from the one
-composer `losses.compose.wrap_loss`, so this module knows no loss by name.
+composer `losses.wrappers.wrap_loss`, so this module knows no loss by name.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 import losses
 from cancelctl.spec.experiment import AlgorithmSpec
 from losses.catalog import needs_groups as _loss_needs_groups
-from losses.compose import WrapperOptions, wrap_loss
+from losses.wrappers import WrapperOptions, wrap_loss
 from losses.registry import row_weights as registered_row_weights
 
 

@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -49,15 +49,12 @@ from cancelctl.jobs.monitor import RunMonitor, lr_spike
 from cancelctl.spec.experiment import AlgorithmSpec, ExperimentSpec
 from cancelctl.spec.run import RunSpec
 from cancelctl.workdir import RunFolder
-from losses.metrics import dfpo_weight_dispersion
+from losses.metrics import MONITOR_P_LOW, dfpo_weight_dispersion
+
+if TYPE_CHECKING:
+    from cancelctl.tracking.logger import MetricLogger
 
 LOGODDS_PROBES = 16  # eval prompts whose digits-vs-words log-odds is tracked [D App. A.3]
-MONITOR_P_LOW = 0.1  # π_low of the hacking/J monitor [H eq. 23]
-
-
-class MetricLogger(Protocol):
-    def log(self, step: int, metrics: dict[str, float]) -> None: ...
-    def flush(self, wait: bool = True) -> None: ...
 
 
 def stream_seed(seed: int, step: int, stream: str, index: int = 0) -> int:

@@ -18,7 +18,7 @@ _EXPORTS = {
     "compose_run": "compose",
     "validate_runs": "compose",
     "verl_available": "compose",
-    "train": "entry",
+    "train": "supervisor",
     "VerlRenderError": "errors",
     "launch_refusals": "planning",
     "config_name": "render",

@@ -23,12 +23,15 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cancelctl.backends.verl.compute import GEN_TOKENS_CUM, ComputeAccount
 from cancelctl.jobs.monitor import RunMonitor
 from cancelctl.spec.run import RunSpec
 from cancelctl.tracking.runfiles import iter_metrics_lines
+
+if TYPE_CHECKING:
+    from cancelctl.tracking.logger import MetricLogger
 
 # verl's MLflow key sanitising (utils/tracking.py), so keys match what verl itself would log.
 _INVALID_KEY_CHARS = re.compile(r"[^/\w.\- :]")
@@ -49,7 +52,7 @@ class MetricsForwarder:
     def __init__(
         self,
         path: Path,
-        logger: Any,
+        logger: MetricLogger,
         derive: Callable[[int, dict[str, float]], dict[str, float] | None] | None = None,
         skip_through: int = -1,
     ):

@@ -19,8 +19,8 @@ from typing import Protocol
 
 from cancelctl.jobs.monitor import ALERTS_JSONL, STOPPED_JSON, Alert, read_alerts_from, read_stop
 from cancelctl.spec.monitor import EntropyCollapseRule, MismatchGrowthRule, RewardCollapseRule
+from cancelctl.workdir import METRICS_JSONL
 
-METRICS_JSONL = "metrics.jsonl"  # cancelctl.tracking.runfiles (not imported: it pulls in the tracking package)
 REWARD_KEYS = tuple(RewardCollapseRule().keys)
 MISMATCH_KEYS = tuple(MismatchGrowthRule().keys)
 ENTROPY_KEYS = tuple(EntropyCollapseRule().keys)

@@ -15,7 +15,7 @@ import yaml
 from prepared_data import write_stand_ins
 from verl_helpers import EXPERIMENTS
 
-from cancelctl.backends.verl import entry, render
+from cancelctl.backends.verl import render, supervisor
 from cancelctl.launch import launch_sweep
 from cancelctl.spec.expand import load_sweep
 from cancelctl.report.options import ReportOptions
@@ -75,7 +75,7 @@ def test_verl_sweep_lands_in_mlflow_and_reports_on_the_derived_compute(small_gro
     script = tmp_path / "verl_stand_in.py"
     script.write_text(STAND_IN)
     monkeypatch.setattr(render, "VERL_ENTRY", [sys.executable, str(script)])
-    monkeypatch.setattr(entry, "POLL_SECONDS", 0.01)
+    monkeypatch.setattr(supervisor, "POLL_SECONDS", 0.01)
     workdir = tmp_path / "work"
     sweep = small_group_size_sweep
 

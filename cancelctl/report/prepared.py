@@ -1,4 +1,4 @@
-"""The report model: what a report is (`Report`, `ReportTable`) and the collected sweep prepared
+"""The report's prepared data: what a report is (`Report`, `ReportTable`) and the collected sweep prepared
 once for the tables and plots (`PreparedSweep`, built by `prepare_sweep` from the two frames of
 `cancelctl.tracking.collect`). No statistics here (those are `cancelctl.stats`), no rendering."""
 
@@ -7,16 +7,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable
 
 import pandas as pd
 
-from cancelctl.errors import SpecError, SpecIssue
-from cancelctl.errors import UnmatchedArmsError as _PlanUnmatchedArmsError
+from cancelctl.errors import SpecError
 from cancelctl.stats import frames
 from cancelctl.stats.compute_match import ComputeViolation
 
-ComputeAxis = Literal["tokens", "updates", "hours"]
 
 ENTROPY_KEY = "actor/entropy"
 # verl's validation keys, '@' sanitised for MLflow: val-core/<benchmark>/acc/mean_at_<k>
@@ -36,16 +34,8 @@ NOT_MATCHED = "NOT compute-matched"
 CANNOT = "cannot build the report"
 
 
-class UnmatchedArmsError(_PlanUnmatchedArmsError):
-    """Arms in a comparison group differ in logged compute; the report refuses (exit code 2).
-
-    A subclass of the plan-time error, so the CLI's SpecError handling prints it the same way.
-    """
-
-    def __init__(self, violations: list[ComputeViolation]):
-        self.violations = list(violations)
-        super().__init__([SpecIssue(None, "", str(v)) for v in self.violations])
-        self.title = "arms are not compute-matched in logged compute (pass --allow-unmatched to report anyway)"
+# the title of the report's refusal (`cancelctl.errors.UnmatchedArmsError`, exit 2)
+UNMATCHED_LOGGED = "arms are not compute-matched in logged compute (pass --allow-unmatched to report anyway)"
 
 
 @dataclass

@@ -2,8 +2,8 @@
 the share of simulated seed sets whose interval holds the true mean, for Student's t interval (the
 report's) and the percentile and expanded-percentile bootstraps (what the report used before).
 
-Used by tests/stats/test_intervals.py (the promise the report's interval keeps) and
-benchmarks/bench_intervals.py (the figures, before and after).
+Used by benchmarks/bench_intervals.py (the figures, before and after) and by
+tests/stats/test_intervals.py (the promise the report's interval keeps).
 """
 
 from __future__ import annotations
@@ -37,11 +37,6 @@ LAB_CLAIMS_MAX_REL_SD = 0.42  # lab-claims-dfpo, seeds 20–24, dfpo-min-replace
 # stress case; t3: heavy symmetric tails (Student's t with 3 degrees of freedom, scaled to the sd).
 FAMILIES = ("normal", "beta", "lognormal", "t3")
 METHODS = ("percentile", "expanded", "t")
-
-
-def lab_rel_sds() -> list[float]:
-    """The relative sd (sd / mean) of every lab-demo arm, smallest first."""
-    return sorted(sd / mean for mean, sd in LAB_DEMO_FINAL.values())
 
 
 def seed_sets(family: str, mean: float, sd: float, n: int, trials: int, rng: np.random.Generator) -> np.ndarray:

@@ -15,9 +15,9 @@ from verl_helpers import as_dict
 
 from cancelctl.jobs import preemption
 from cancelctl.jobs.children import stop_group
-from cancelctl.backends.verl import command, entry, forward, render
+from cancelctl.backends.verl import command, forward, render, supervisor
 from cancelctl.backends.verl.command import job_command
-from cancelctl.backends.verl.entry import train
+from cancelctl.backends.verl.supervisor import train
 from cancelctl.backends.verl.forward import MetricsForwarder, sanitize_key
 
 FAKE_VERL = textwrap.dedent(
@@ -61,9 +61,9 @@ def fake_verl(tmp_path, monkeypatch):
     script = tmp_path / "fake_verl.py"
     script.write_text(FAKE_VERL)
     monkeypatch.setattr(render, "VERL_ENTRY", [sys.executable, str(script)])
-    monkeypatch.setattr(entry, "POLL_SECONDS", 0.05)
-    monkeypatch.setattr(entry, "check_loss_plugin", lambda: None)  # its own tests below
-    monkeypatch.setattr(entry, "inactive_plugin", lambda: None)  # imports verl: its own tests below
+    monkeypatch.setattr(supervisor, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr(supervisor, "check_loss_plugin", lambda: None)  # its own tests below
+    monkeypatch.setattr(supervisor, "inactive_plugin", lambda: None)  # imports verl: its own tests below
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     return run_dir
@@ -187,17 +187,17 @@ def test_root_exception_is_the_workers_own_not_rays_wrapper_nor_the_trainers():
         "ray.exceptions.RayTaskError(ValueError): ray::TaskRunnerV1.run() (pid=9, ip=127.0.0.1)",
         "RuntimeError: Sync replay buffer selected terminal groups with no materializable trajectories",
     ]
-    assert entry.root_exception(tail) == "ValueError: reward broke on purpose: apple"
-    assert entry.root_exception(tail[3:]) == "RuntimeError: Sync replay buffer selected terminal groups with no materializable trajectories"
-    assert entry.root_exception(["plain log line", "step:1 - a:1"]) is None
+    assert supervisor.root_exception(tail) == "ValueError: reward broke on purpose: apple"
+    assert supervisor.root_exception(tail[3:]) == "RuntimeError: Sync replay buffer selected terminal groups with no materializable trajectories"
+    assert supervisor.root_exception(["plain log line", "step:1 - a:1"]) is None
     ray_start = ["Error executing job with overrides: ['a=1']", "Traceback (most recent call last):",
                  "Exception: The current node timed out during startup. This could happen because ..."]
-    assert entry.root_exception(ray_start) == "Exception: The current node timed out during startup. This could happen because ..."
+    assert supervisor.root_exception(ray_start) == "Exception: The current node timed out during startup. This could happen because ..."
     # Ray's memory monitor killed workers (seen: two SmolLM2 runs at once on 24 GiB): its own line is the cause
     oom = ["ray.exceptions.RayTaskError(OutOfMemoryError): ray::TaskRunnerV1.run() (pid=7816, ip=127.0.0.1)",
            "ray.exceptions.OutOfMemoryError: 3 worker(s) were killed due to the node running low on memory. "
            "Memory on the node (IP: 127.0.0.1) was 22.36GB used / 23.54GB limit (0.950068)"]
-    assert entry.root_exception(oom) == oom[1]
+    assert supervisor.root_exception(oom) == oom[1]
 
 
 def test_previous_attempts_file_is_not_forwarded_again(make_run, fake_verl):
@@ -330,7 +330,7 @@ def test_stop_kills_the_process_group():
     code = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {grandchild!r}]); time.sleep(60)"
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE, text=True)
     pid = int(proc.stdout.readline())  # the grandchild ignores SIGTERM from here on
-    stop_group(proc, entry.STOP_GRACE_SECONDS, entry.KILL_WAIT_SECONDS)
+    stop_group(proc, supervisor.STOP_GRACE_SECONDS, supervisor.KILL_WAIT_SECONDS)
     assert proc.returncode == -signal.SIGTERM
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _alive(pid):
@@ -350,22 +350,22 @@ def test_train_checks_the_loss_plugin_before_starting_verl(make_run, fake_verl, 
     def inactive():
         raise RuntimeError("verl cannot run the cancel_* losses: ...; fix: pip install -e .")
 
-    monkeypatch.setattr(entry, "check_loss_plugin", inactive)
+    monkeypatch.setattr(supervisor, "check_loss_plugin", inactive)
     with pytest.raises(RuntimeError, match="cannot run the cancel_.* fix"):
         train(make_run(), fake_verl, ListLogger())
     assert not (fake_verl / "argv.json").exists()  # verl never started
 
 
 def test_check_loss_plugin_is_one_sentence_with_the_fix_and_imports_no_verl(monkeypatch):
-    check = "from cancelctl.backends.verl import entry; import sys; entry.check_loss_plugin(); print('verl' in sys.modules)"
+    check = "from cancelctl.backends.verl import supervisor; import sys; supervisor.check_loss_plugin(); print('verl' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True).stdout.strip() == "False"
     monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "none")
     with pytest.raises(RuntimeError, match=r"^verl cannot run the cancel_\* losses: .*; fix: "):
-        entry.check_loss_plugin()
+        supervisor.check_loss_plugin()
 
 
 def test_a_verl_failure_from_an_inactive_plugin_says_so_instead_of_the_workers_error(make_run, fake_verl, monkeypatch):
-    monkeypatch.setattr(entry, "inactive_plugin", lambda: "verl cannot run the cancel_* losses: ...; fix: pip install -e .")
+    monkeypatch.setattr(supervisor, "inactive_plugin", lambda: "verl cannot run the cancel_* losses: ...; fix: pip install -e .")
     monkeypatch.setenv("FAKE_VERL_EXIT", "3")
     with pytest.raises(RuntimeError, match=r"verl exited with status 3: verl cannot run the cancel_\* losses: .*fix"):
         train(make_run(), fake_verl, ListLogger())
@@ -374,11 +374,11 @@ def test_a_verl_failure_from_an_inactive_plugin_says_so_instead_of_the_workers_e
 @pytest.mark.verl
 def test_inactive_plugin_tells_a_plugin_verl_did_not_load(monkeypatch):
     pytest.importorskip("verl")
-    assert entry.inactive_plugin() is None  # installed and loaded
+    assert supervisor.inactive_plugin() is None  # installed and loaded
     from losses import verl_plugin
 
     monkeypatch.setattr(verl_plugin, "wrapper_installed", lambda: False)
-    assert "ppo_loss is not wrapped" in entry.inactive_plugin()
+    assert "ppo_loss is not wrapped" in supervisor.inactive_plugin()
 
 
 def test_spec_keys_are_unprefixed_others_kept():

@@ -41,7 +41,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cancelctl.backends.verl import render
 from cancelctl.backends.verl.command import ROLLOUT_WEIGHTS, VERL_METRICS, job_command, launch_dir_of, resume_overrides, run_files_env
@@ -63,13 +63,16 @@ from cancelctl.spec.run import RunSpec
 from cancelctl.tracking.runfiles import iter_metrics_lines
 from cancelctl.workdir import METRICS_JSONL
 
+if TYPE_CHECKING:
+    from cancelctl.tracking.logger import MetricLogger
+
 POLL_SECONDS = 1.0  # how soon a `stop` rule or a signal reaches verl; a pump reads only new lines
 STOP_GRACE_SECONDS = 30.0  # verl's SIGTERM, then SIGKILL to what is left of its process group
 KILL_WAIT_SECONDS = 10.0
 SIGNAL_GRACE_SECONDS = 1.0  # how long a failed verl waits for the job's own signal to arrive
 
 
-def train(run: RunSpec, run_dir: Path, logger: Any, cache_dir: Path | None = None) -> dict[str, float]:
+def train(run: RunSpec, run_dir: Path, logger: MetricLogger, cache_dir: Path | None = None) -> dict[str, float]:
     """Run verl to the end; returns the last logged step's metrics. Raises if verl fails."""
     blockers = launch_blockers(run)
     if blockers:
