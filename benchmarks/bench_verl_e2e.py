@@ -90,7 +90,7 @@ def session_rss_bytes(sid: int) -> int:
 
 
 def run_arm(run, run_dir: Path, extra: list[str], poll: float | None) -> tuple[dict[str, float], float, float]:
-    from cancelctl.backends.verl import command, entry, render
+    from cancelctl.backends.verl import command, render, supervisor
 
     run_dir.mkdir(parents=True)
     argv = command.job_command(run, run_dir, sys.executable) + extra
@@ -115,7 +115,7 @@ def run_arm(run, run_dir: Path, extra: list[str], poll: float | None) -> tuple[d
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         tail = (run_dir / "stderr.log").read_text(errors="replace").splitlines()
-        raise SystemExit(f"{run.name}: verl exited {proc.returncode}: {entry.root_exception(tail)} ({run_dir}/stderr.log)")
+        raise SystemExit(f"{run.name}: verl exited {proc.returncode}: {supervisor.root_exception(tail)} ({run_dir}/stderr.log)")
     steps = [json.loads(line) for line in (run_dir / command.VERL_METRICS).open()]
     later = [s["data"] for s in steps if s["step"] >= 2]
     means = {key: statistics.fmean(d[key] for d in later if key in d) for key in PHASES if any(key in d for d in later)}

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl.jobs.heartbeat import HEARTBEAT, read_beat
+from cancelctl.jobs.stall_requeue import JOB_REQUEUES, close_failed_run
 
 STALLS_DIR = "stalls"
 FAULTHANDLER_FILE = ".stacks.faulthandler"  # the training process's own dump (no py-spy)
@@ -57,8 +58,6 @@ STEP_TAIL_BYTES = 65536  # the median step time over the steps in metrics.jsonl'
 PY_SPY_TIMEOUT_S = 20.0
 FAULTHANDLER_WAIT_S = 2.0
 MIN_POLL_S, MAX_POLL_S = 0.2, 10.0
-CLOSE_TIMEOUT_S = 60.0  # the MLflow end of a run failed of its stall
-CLOSE_LOG = "mlflow-close.log"
 
 
 @dataclass(frozen=True)
@@ -251,38 +250,6 @@ def stall_sentence(record: dict) -> str:
             f"stacks in {record.get('stacks')}")
 
 
-def requeue_slurm(job_id: str) -> str | None:
-    """`scontrol requeue JOB`; None, or why it failed."""
-    try:
-        done = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"scontrol requeue {job_id}: {exc}"
-    return None if done.returncode == 0 else f"scontrol requeue {job_id}: {done.stderr.strip() or done.returncode}"
-
-
-def requeue_local(run_dir: Path, token: str) -> str | None:
-    """Queue the run again in its sweep's manifest (the local driver starts it once this attempt's
-    process is gone); None, or why not (cancelled, resubmitted meanwhile, no sweep)."""
-    from cancelctl.fileio import read_json
-    from cancelctl.manifest import ManifestStore
-    from cancelctl.workdir import RunFolder
-
-    folder = RunFolder(run_dir)
-    run_id = ((read_json(folder.run_json) or {}).get("run") or {}).get("run_id")
-    store = ManifestStore(folder.sweep_manifest)
-    if run_id is None or not store.exists():
-        return "not a run of a sweep: nothing to requeue it"
-    with store.update() as manifest:
-        latest = manifest.latest_submission(run_id)
-        entry = manifest.runs.get(run_id)
-        if entry is None or latest is None or latest[0].token != token:
-            return "the run was submitted again meanwhile"
-        if entry.cancelled_at is not None and entry.cancelled_at >= latest[0].created_at:
-            return "the run was cancelled"
-        entry.queued_at = time.time()
-    return None
-
-
 def kill(processes: list[int]) -> None:
     for pid in processes:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -299,7 +266,7 @@ class Watched:
     fence: int
     token: str
     job_id: str
-    executor: str  # "slurm" | "local": how a stalled attempt is requeued
+    executor: str  # the submitit job environment (a key of JOB_REQUEUES): how a stalled attempt is requeued
     limits: dict
 
     def to_arg(self) -> str:
@@ -328,33 +295,18 @@ def end_stalled(watched: Watched, progress: Progress, idle_s: float, limit_s: fl
     used = requeues_used(read_attempts(run_dir))
     record["requeue"] = used < limits.retries
     failure = None if record["requeue"] else f"retries used up ({limits.retries})"
-    if record["requeue"] and watched.executor == "local":
-        failure = requeue_local(run_dir, watched.token)
-    if record["requeue"] and watched.executor == "slurm":
-        failure = requeue_slurm(watched.job_id)  # before the kill: the job's end would end this process too
+    environment = JOB_REQUEUES[watched.executor]
+    if record["requeue"]:  # before the kill: on SLURM the job's end would end this process too
+        failure = environment.requeue(run_dir, watched.job_id, watched.token)
     record["requeue"] = failure is None
     append_attempt_line(run_dir, record)
     if failure is not None:
         (run_dir / "error.txt").write_text(
             error_first_line("FAILED", watched.job_id, f"{stall_sentence(record)}; not requeued: {failure}"), encoding="utf-8")
     kill(processes)
-    if failure is not None and watched.executor != "slurm":
+    if failure is not None and not environment.job_end_takes_watchdog:
         close_failed_run(run_dir)
     return record
-
-
-def close_failed_run(run_dir: Path) -> None:
-    """The MLflow run of a run failed of its stall: tagged and closed FAILED (`cancelctl.jobs.stall_close`,
-    another process: it imports MLflow), once the frozen process is dead (it may have frozen holding the
-    run folder's tracking lock). On SLURM the job's end takes this process with it: there the next
-    `status`, `watch` or `sync` settles the MLflow run from the run folder (`launch.control.settle_tracking`,
-    stalls tagged too). Bounded: a busy store must not keep this process alive."""
-    try:
-        with open(run_dir / STALLS_DIR / CLOSE_LOG, "ab") as log:  # why it did not, if it did not
-            subprocess.run([sys.executable, "-m", "cancelctl.jobs.stall_close", str(run_dir)], stdin=subprocess.DEVNULL,
-                           stdout=log, stderr=log, timeout=CLOSE_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
 
 
 def wait_exit(pidfd: int | None, timeout_s: float) -> None:
@@ -394,7 +346,7 @@ def watching(run_dir: Path, rule: Any, *, fence: int, token: str, job_id: str | 
     in-process run (`job_id` None: a debug run in the CLI's process) nor with `action: off`."""
     from cancelctl.jobs.outcome import process_start
 
-    if rule.action == "off" or job_id is None or executor not in ("slurm", "local"):
+    if rule.action == "off" or job_id is None or executor not in JOB_REQUEUES:
         yield
         return
     pid = os.getpid()

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from cancelctl.report.formatting import fmt_interval, fmt_number
-from cancelctl.report.model import PreparedSweep, ReportTable, eval_benchmarks, in_unit_interval
+from cancelctl.report.prepared import PreparedSweep, ReportTable, eval_benchmarks, in_unit_interval
 from cancelctl.stats import frames
 from cancelctl.stats.improvement import improvement_interval
 from cancelctl.stats.iqm import MIN_IQM_RUNS, iqm_interval

@@ -138,7 +138,7 @@ DEFAULT_LR = {"verl": 1e-6, "lab": 5e-4}
 # running one of verl's built-in losses (`verl_loss_mode`) gets where it sets neither, as plain verl would
 VERL_DEFAULT_AGG_MODE = "token-mean"
 VERL_DEFAULT_CLIP = (0.2, 0.2)
-# cancelctl's token-weight wrappers act inside its own losses (losses.compose), not verl's built-in ones
+# cancelctl's token-weight wrappers act inside its own losses (losses.wrappers), not verl's built-in ones
 WRAPPER_FIELDS = ("inject_delta", "inject_noise", "probe")
 
 

@@ -107,7 +107,7 @@ def test_a_phase_said_from_a_process_that_knows_only_the_environment_beats_the_r
 def test_verls_steps_and_the_cpu_rollouts_weight_syncs_are_progress_an_earlier_attempts_syncs_are_not(tmp_path):
     pytest.importorskip("verl")
     from cancelctl.backends.verl.command import ROLLOUT_WEIGHTS, VERL_METRICS
-    from cancelctl.backends.verl.entry import _beat_on_steps, _size
+    from cancelctl.backends.verl.supervisor import _beat_on_steps, _size
     from cancelctl.jobs.heartbeat import read_beat
 
     (tmp_path / ROLLOUT_WEIGHTS).write_text('{"version": 1}\n')  # the attempt before this one's
