@@ -38,8 +38,8 @@ FIRST_STEPS, TOTAL_STEPS = 2, 3
 # |p_rollout - p_trainer| per token (verl's rollout_probs_diff): same weights, fp32 vLLM vs the trainer
 PROB_DIFF_MEAN, PROB_DIFF_MAX = 1e-3, 1e-2
 # mean |log-ppl difference| per sequence (verl's rollout_corr/log_ppl_abs_diff): measured 0.008-0.011 with
-# verl's bf16 trainer, 0.0035 with an fp32 one — then a constant offset, every sequence alike, about the
-# probability of the model's one id outside the tokenizer (vocab 260, 259 tokens), which vLLM leaves out
+# verl's bf16 trainer, 0.0035 with an fp32 one — then a constant offset, every sequence alike, consistent with
+# vLLM leaving out the model's one id the tokenizer lacks (vocab 260, 259 tokens; -log(1 - 1/260) = 0.0039)
 LOG_PPL_ABS_DIFF = 5e-2
 
 
