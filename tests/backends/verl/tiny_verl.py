@@ -64,7 +64,8 @@ def build_tokenizer(path: Path):
     return fast
 
 
-def build_model(path: Path) -> None:
+def build_model(path: Path, num_attention_heads: int = 4, num_key_value_heads: int = 2) -> None:
+    """A random Qwen2, hidden 64: head_dim = 64 / num_attention_heads (vLLM's CPU attention needs ≥ 32)."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -75,8 +76,8 @@ def build_model(path: Path) -> None:
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
         max_position_embeddings=256,
         tie_word_embeddings=False,
         pad_token_id=endoftext,
@@ -108,7 +109,7 @@ def _rows(n: int, split: str) -> list[dict]:
     return rows
 
 
-def build_tiny_verl(out_dir: Path, steps: int = 3) -> TinyVerl:
+def build_tiny_verl(out_dir: Path, steps: int = 3, num_attention_heads: int = 4, num_key_value_heads: int = 2) -> TinyVerl:
     """Model, tokenizer, data (PROMPTS_PER_STEP × steps train rows) and reward under out_dir."""
     import pandas as pd
 
@@ -119,7 +120,7 @@ def build_tiny_verl(out_dir: Path, steps: int = 3) -> TinyVerl:
         val=out_dir / "val.parquet",
         reward=out_dir / "tiny_reward.py",
     )
-    build_model(tiny.model)
+    build_model(tiny.model, num_attention_heads, num_key_value_heads)
     pd.DataFrame(_rows(PROMPTS_PER_STEP * steps, "train")).to_parquet(tiny.train)
     pd.DataFrame(_rows(PROMPTS_PER_STEP, "test")).to_parquet(tiny.val)
     tiny.reward.write_text(REWARD_SOURCE)

