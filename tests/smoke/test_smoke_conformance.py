@@ -77,7 +77,7 @@ def table_rows(text: str, arms) -> dict[str, str]:
     current = None
     for line in text.splitlines():
         words = line.split()
-        if words and words[0] in arms:
+        if words and words[0] in arms and not line.startswith(" "):  # a folded line may begin with an arm's name
             current, rows[words[0]] = words[0], line
         elif current and line.startswith(" ") and words:
             rows[current] += " " + " ".join(words)
