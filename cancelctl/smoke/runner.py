@@ -74,7 +74,8 @@ class SmokeResult:
 
     @property
     def exit_code(self) -> int:
-        """0 when every configuration passed; 2 when one was refused before running (bad input), else 1."""
+        """0 when every configuration passed; 2 when one was refused (bad input before running, or a rollout
+        that disagrees with its trainer: conformance.py), else 1."""
         statuses = {row.status for row in self.rows}
         return 2 if REFUSED in statuses else 1 if FAILED in statuses else 0
 
