@@ -54,7 +54,7 @@ class Band:
 # below the mean of the smallest fault measured, a bf16 rollout behind an fp32 trainer (6.3e-4).
 FP32_BAND = Band("fp32", mean=1e-5, p99=5e-5, max=1e-4, ratio_std=5e-5)
 # bf16: a bf16 rollout against an fp32 trainer measured mean 6.3e-4-7.4e-4, p99 2.1e-3-2.9e-3, max 2.3e-3-2.9e-3,
-# ρ std 7.9e-4-9.5e-4; ~7x that, below the mean of a rollout that sees another chat template (1.1e-2).
+# ρ std 7.9e-4-9.5e-4; 7-17x that, its mean and p99 below a rollout shown another chat template's (1.1e-2, 3e-2).
 BF16_BAND = Band("bf16", mean=5e-3, p99=2e-2, max=5e-2, ratio_std=1e-2)
 
 

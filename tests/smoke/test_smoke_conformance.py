@@ -83,7 +83,7 @@ def table_rows(text: str, arms) -> dict[str, str]:
             rows[current] += " " + " ".join(words)
         else:
             current = None
-    return rows
+    return {arm: " ".join(row.split()) for arm, row in rows.items()}  # a folded cell's padding is not a word gap
 
 
 def figures(row: str) -> list[float]:
