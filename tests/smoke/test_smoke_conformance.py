@@ -27,6 +27,10 @@ from rollout_faults import FAULTS_ENV  # noqa: E402
 
 CLI = Path(sys.executable).with_name("cancelctl")
 FAULTY = {"stale-weights": "stale", "chat-template": "chat_template", "rollout-dtype": "dtype"}
+DISTINCT_REWARD = """\
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return (sum(map(ord, solution_str)) % 101) / 100
+"""
 FIGURES = re.compile(r"\|Δ log π\| mean (\S+) p99 (\S+) max (\S+), ρ std (\S+) max (\S+)")
 
 
@@ -43,9 +47,11 @@ def smoked(tmp_path_factory):
         return subprocess.run([str(CLI), *args], cwd=root, capture_output=True, text=True, timeout=1700,
                               check=False, env=env)
 
-    # the tiny world's graded reward gives groups different rewards, so step 1's update is never empty
-    # (with equal rewards every advantage is 0, the weights stay, and a stale sync could not show)
+    # a reward that tells any two answers apart, so a group's rewards differ and step 1's update is never
+    # empty (with equal rewards every advantage is 0, the weights stay, and a stale sync could not show;
+    # the tiny world's own reward scores most random answers 0)
     tiny = build_tiny_verl(root / "tiny", steps=2)
+    tiny.reward.write_text(DISTINCT_REWARD)
     spec = {
         "name": "conformance",
         "base": {
