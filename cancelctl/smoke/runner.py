@@ -15,7 +15,11 @@ Per configuration (configurations.py), in order, stopping at the first problem:
    verl's dataloader and the trainer's and sampler's state (per mini-batch order and sampler) —
    none of which the loss, its clips, δ/σ, TIS or G change. So one configuration per
    `checkpoint_family` resumes (the first; the table says which stands for the others), unless
-   `resume_each`: the second job costs a whole verl start-up (~1 CPU-minute).
+   `resume_each`: the second job costs a whole verl start-up (~1 CPU-minute). The others run
+   step 2 in their first job (a few seconds more);
+6. the rollout–trainer conformance gate (conformance.py) on every configuration's step 2: the
+   rollout's token log-probs against the trainer's recomputation after a trained weight sync
+   (through the resumed job's initial sync, or the first job's sync after step 1).
 
 Each job is a run of a smoke sweep in `<workdir>/smoke/<sweep>/` (its own manifest, run folders and
 MLflow store, remade by every smoke): nothing enters the sweep's own experiment or manifest. A job
@@ -32,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cancelctl.smoke import conformance
 from cancelctl.smoke.configurations import absolute_reward, configuration_label, distinct_configurations, smoke_run
 from cancelctl.smoke.first_rows import TRAIN_ROWS, VAL_ROWS, first_rows
 from cancelctl.smoke.reward_check import reward_problem
@@ -69,7 +74,8 @@ class SmokeResult:
 
     @property
     def exit_code(self) -> int:
-        """0 when every configuration passed; 2 when one was refused before running (bad input), else 1."""
+        """0 when every configuration passed; 2 when one was refused (bad input before running, or a rollout
+        that disagrees with its trainer: conformance.py), else 1."""
         statuses = {row.status for row in self.rows}
         return 2 if REFUSED in statuses else 1 if FAILED in statuses else 0
 
@@ -109,18 +115,21 @@ def run_smoke(sweep: Sweep, *, workdir: Path, executor: str = "local", partition
     say("smoke: calling each configuration's reward on its first rows")
     _rewards(live, data, launch_dir)
     live = [c for c in live if c.row.status == OK]
+    resuming = _resuming(live, resume_each)
     for case in live:
         files = {k: [data[f] for f in v] for k, v in (("train_files", case.run.spec.data.train_files),
                                                       ("val_files", case.run.spec.data.val_files))}
-        for steps in (1, 2):
-            job = smoke_run(case.run, sweep=f"{sweep.name}.smoke-{steps}", model=case.model, steps=steps,
-                            executor=executor, partition=partition, launch_dir=launch_dir, **files)
-            setattr(case, "first" if steps == 1 else "second", job)
+        # a configuration that does not resume runs its step 2 in the first job
+        case.first = smoke_run(case.run, sweep=f"{sweep.name}.smoke-1", model=case.model,
+                               steps=1 if case in resuming else 2, executor=executor, partition=partition,
+                               launch_dir=launch_dir, **files)
+        case.second = smoke_run(case.run, sweep=f"{sweep.name}.smoke-2", model=case.model, steps=2,
+                                executor=executor, partition=partition, launch_dir=launch_dir, **files)
 
     work = directory / "work"
     say(f"smoke: step 1 of {len(live)} configurations ({executor})")
     _launch(live, "first", work, executor, say)
-    resumable = _resuming(live, resume_each)
+    resumable = [c for c in resuming if c.row.status == OK and not c.row.note]  # not failed or stopped by a rule
     for case in resumable:  # the step-1 checkpoint and metrics, where the resumed job looks for them
         _copy_checkpoints(_run_dir(work, case.first), _run_dir(work, case.second))
     say(f"smoke: step 2 of {len(resumable)} configurations, resumed from their step-1 checkpoints")
@@ -128,6 +137,9 @@ def run_smoke(sweep: Sweep, *, workdir: Path, executor: str = "local", partition
     for case in resumable:
         if case.row.status == OK:
             _check_resumed(case, work)
+    for case in live:
+        if case.row.status == OK:
+            _check_conformance(case, work, resumed=case in resumable)
     result.seconds = time.monotonic() - started
     return result
 
@@ -150,13 +162,11 @@ def checkpoint_family(run: RunSpec) -> tuple:
 
 
 def _resuming(cases: list[_Case], resume_each: bool) -> list[_Case]:
-    """The cases whose step-1 job passed that resume: all, or the first of each checkpoint family."""
+    """The cases that resume: all, or the first of each checkpoint family (the others' rows say which)."""
     chosen: dict[tuple, _Case] = {}
     out = []
     for case in cases:
-        if case.row.status != OK or case.row.note:  # failed, or stopped by a rule
-            continue
-        family = checkpoint_family(case.first)
+        family = checkpoint_family(case.run)
         if resume_each or family not in chosen:
             chosen.setdefault(family, case)
             out.append(case)
@@ -297,6 +307,27 @@ def _check_resumed(case: _Case, work: Path) -> None:
         case.row.cause = f"resume: verl did not go on from the step-1 checkpoint (it trained steps {trained or 'none'})"
     else:
         case.row.note = case.row.note or "resumed at step 2"
+
+
+def _check_conformance(case: _Case, work: Path, *, resumed: bool) -> None:
+    """The conformance gate on the configuration's step 2 (conformance.py): refused above its band, else
+    the figures join the row's note."""
+    from cancelctl.backends.verl.command import VERL_METRICS
+
+    job = case.second if resumed else case.first
+    figures = conformance.step_figures(_run_dir(work, job) / VERL_METRICS)
+    if figures is None:
+        if not case.row.note.startswith("stopped"):
+            text = (f"conformance not measured: verl logged no rollout log-probs at step {conformance.STEP} "
+                    "(actor_rollout_ref.rollout.calculate_log_probs false, or rollout_correction.bypass_mode)")
+            case.row.note = "; ".join(filter(None, [case.row.note, text]))
+        return
+    found = conformance.verdict(case.run, figures)
+    if found.refused:
+        case.row.status, case.row.cause = REFUSED, found.text
+    else:
+        empty = conformance.empty_update(_run_dir(work, case.first) / VERL_METRICS)
+        case.row.note = "; ".join(filter(None, [case.row.note, found.text, empty and conformance.EMPTY_UPDATE_NOTE]))
 
 
 def _job_seconds(run_dir: Path) -> float:

@@ -269,6 +269,30 @@ class CancelctlTrainer(PPOTrainerSync):
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["rm_scores"])
         return [float(row.sum()) for row in data["rm_scores"]]
 
+    # ------------------------------------------------------------------ rollout–trainer conformance
+
+    def _compute_old_log_prob(self, batch, metrics):
+        """verl's old-log-prob pass, then the step's conformance figures (conformance.py) from the batch's
+        `rollout_log_probs` and the `old_log_probs` just written, whichever rollout produced them. Not in
+        bypass mode (old_log_probs are then the rollout's own) or without rollout log-probs."""
+        batch = super()._compute_old_log_prob(batch, metrics)
+        corr = self.config.algorithm.get("rollout_correction", None)
+        if self.config.actor_rollout_ref.rollout.calculate_log_probs and not (corr and corr.get("bypass_mode", False)):
+            metrics.update(self._conformance(batch))
+        return batch
+
+    @staticmethod
+    def _conformance(batch) -> dict[str, float]:
+        import transfer_queue as tq
+
+        from cancelctl.backends.verl.conformance import conformance_figures
+
+        fields = ["old_log_probs", "rollout_log_probs", "response_mask"]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        old, rollout, mask = (data[f].to_padded_tensor(padding=0.0) if data[f].is_nested else data[f] for f in fields)
+        width = min(old.shape[-1], rollout.shape[-1], mask.shape[-1])  # responses start at column 0
+        return conformance_figures(old[:, :width], rollout[:, :width], mask[:, :width])
+
     def _update_actor(self, batch, metrics):
         if self.batching == "query_preserved" and self.config.actor_rollout_ref.actor.use_dynamic_bsz:
             # token-balanced micro-batches keep G consecutive rows (one group, by our order) together
