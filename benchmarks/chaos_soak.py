@@ -185,11 +185,12 @@ class Soak:
 def inject(soak: Soak, window_s: float) -> None:
     """Faults on the seeded schedule until `window_s` has passed, each lasting 5-12% of the window with
     1-4% of it between them: every kind in a seeded order first (a job fault waits for a running
-    job; the window stretches, up to twice, until each kind has been injected once), then kinds at random."""
+    job; the window stretches, up to four times, until each kind has been injected once), then kinds at random."""
     deadline = time.monotonic() + window_s
     order = list(FAULT_KINDS)
     soak.rng.shuffle(order)
-    while (time.monotonic() < deadline or order) and time.monotonic() < deadline + window_s and not soak.stop.is_set():
+    # (a job fault needs a running job: on loaded cores the first ones start late, hence up to 3 windows more)
+    while (time.monotonic() < deadline or order) and time.monotonic() < deadline + 3 * window_s and not soak.stop.is_set():
         kind = order.pop(0) if order else soak.rng.choice(FAULT_KINDS)
         length = soak.rng.uniform(0.05, 0.12) * window_s  # 3-7 s of a 60 s window
         if kind == "slurmctld_restart":
@@ -318,10 +319,11 @@ def write_time_limit_sweep(folder: Path, name: str) -> Path:
 def time_limit_figures(workdir: Path, sweep: str, status: list[dict]) -> dict:
     """The run across time limits: its state, how each allocation ended, its plan's count."""
     (state,) = [s["state"] for s in status] or ["missing"]
-    ends: list[str] = []
+    lines: list[dict] = []
     for attempts in workdir.glob(f"sweeps/{sweep}/runs/*/attempts.jsonl"):
-        ends = [a.get("outcome") for line in attempts.read_text().splitlines() if (a := json.loads(line)).get("event") == "end"]
-    return {"state": state, "allocations": len(ends), "ends": ends}
+        lines = [json.loads(line) for line in attempts.read_text().splitlines()]
+    return {"state": state, "allocations": sum(a.get("event") == "start" for a in lines),
+            "ends": [a.get("outcome") for a in lines if a.get("event") == "end"]}
 
 
 def run_soak(folder: Path, runs: int, window_s: float, seed: int, settle_s: float) -> dict:

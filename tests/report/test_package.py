@@ -1,5 +1,5 @@
 """The report package's shape: its modules import each other without a cycle, and renderers read
-only the model (never build, tables or plots). The flow rule across packages is a separate test."""
+only the prepared data (never build, tables or plots). The flow rule across packages is a separate test."""
 
 from __future__ import annotations
 
@@ -52,13 +52,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_import_cycle_inside_the_package():
     graph = internal_graph()
-    assert {"model", "tables", "build", "render_html"} <= set(graph)
+    assert {"prepared", "tables", "build", "render_html"} <= set(graph)
     assert find_cycle(graph) is None, find_cycle(graph)
-    assert find_cycle({**graph, "model": graph["model"] | {"render_html"}}) is not None  # the check can fail
+    assert find_cycle({**graph, "prepared": graph["prepared"] | {"render_html"}}) is not None  # the check can fail
 
 
-def test_renderers_read_only_the_model():
+def test_renderers_read_only_the_prepared_data():
     for name, imported in internal_graph().items():
         if name.startswith("render_"):
-            assert imported <= {"model", "formatting"}, (name, imported)
+            assert imported <= {"prepared", "formatting"}, (name, imported)
 

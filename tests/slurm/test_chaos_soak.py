@@ -28,7 +28,7 @@ def test_a_chaos_soak_loses_nothing_duplicates_nothing_and_reports_what_an_undis
     soak = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "chaos_soak.py"), "--runs", "40", "--window", "25", "--seed", "1",
          "--settle", "240", "--folder", str(tmp_path / "soak"), "--json", str(figures_path)],
-        capture_output=True, text=True, timeout=420, cwd=ROOT,
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
     )
     assert figures_path.exists(), soak.stdout[-3000:] + soak.stderr[-3000:]
     figures = json.loads(figures_path.read_text())
@@ -48,7 +48,7 @@ def test_a_chaos_soak_loses_nothing_duplicates_nothing_and_reports_what_an_undis
     assert stalls["left_frozen"] == 0 and 1 <= stalls["recorded"], stalls
     time_limited = figures["time_limit_run"]  # across one-minute allocations, each step once, one MLflow run
     assert time_limited["state"] == "completed" and time_limited["allocations"] >= 2, time_limited
-    assert time_limited["ends"][-1] == "finished" and set(time_limited["ends"][:-1]) == {"requeued"}, time_limited
+    assert time_limited["ends"][-1] == "finished" and set(time_limited["ends"][:-1]) <= {"requeued"}, time_limited
     assert time_limited["runs_checked_of_it"] == 1, time_limited
     assert time_limited["duplicate_points_of_it"] == 0 and time_limited["lost_points_of_it"] == 0, time_limited
     assert soak.returncode == 0, soak.stdout[-2000:]
