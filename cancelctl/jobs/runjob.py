@@ -140,61 +140,62 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
         _limit_threads(threads)
     hardware = describe_hardware(threads)
     start_attempt(run_dir, token, hardware)
-    RunFolder(run_dir).result.unlink(missing_ok=True)
-    archive_error(run_dir)  # how an earlier attempt ended (e.g. SIGTERM before a requeue) is history now
-    reserve_error_space(run_dir)
-    archive_stop(run_dir)  # so is an earlier attempt's monitor stop (a run resumed with --retry-stopped)
-    logger = RunLogger(run_dir, run_store_uri(record, run_dir), record.get("mlflow_run_id"))
-    logger.set_tags(hardware_tags(hardware))  # the latest attempt's; attempts.jsonl keeps each one's
-    tag_stalls(logger, run_dir)
-    try:
-        train = backend_train(run.spec.backend)
-        if allocation is not None:
-            from cancelctl.jobs.raycluster import run_cluster
+    # the stall watchdog, another process that ends and requeues this attempt if it stops making progress:
+    # from the attempt's first record on, so a hang before training (a store that never answers) is one too
+    with watching(run_dir, run.spec.monitor.stall, fence=fence, token=token, job_id=current_job_id(),
+                  executor=os.environ.get("SUBMITIT_EXECUTOR")):
+        RunFolder(run_dir).result.unlink(missing_ok=True)
+        archive_error(run_dir)  # how an earlier attempt ended (e.g. SIGTERM before a requeue) is history now
+        reserve_error_space(run_dir)
+        archive_stop(run_dir)  # so is an earlier attempt's monitor stop (a run resumed with --retry-stopped)
+        logger = RunLogger(run_dir, run_store_uri(record, run_dir), record.get("mlflow_run_id"))
+        logger.set_tags(hardware_tags(hardware))  # the latest attempt's; attempts.jsonl keeps each one's
+        tag_stalls(logger, run_dir)
+        try:
+            train = backend_train(run.spec.backend)
+            if allocation is not None:
+                from cancelctl.jobs.raycluster import run_cluster
 
-            cluster = run_cluster(allocation, run_dir, logger)
-        else:
-            cluster = contextlib.nullcontext()
-        # USR2/SIGTERM wait for the backend's step boundary, as does leaving before the time limit
-        # (jobs.deadline); a closed terminal interrupts like Ctrl-C
-        deadline = for_this_job(run_dir)
-        # the stall watchdog: another process, which ends and requeues this attempt if it stops making progress
-        watchdog = watching(run_dir, run.spec.monitor.stall, fence=fence, token=token, job_id=current_job_id(),
-                            executor=os.environ.get("SUBMITIT_EXECUTOR"))
-        with cluster, preemption.deferred_signals(deadline=deadline), _hangup_interrupts(), watchdog:
-            result = train(run, run_dir, logger, cache_dir)
-    except fencing.StaleAttempt:  # a newer attempt owns the run folder: nothing more is written
-        raise
-    except KeyboardInterrupt:  # local cancel / Ctrl-C: resumable, not a failure of the run
-        write_error(run_dir, "INTERRUPTED")
-        logger.close("KILLED")
-        end_attempt(run_dir, token, "interrupted")
-        raise
-    except preemption.Terminated:  # SIGTERM (requeue, preemption, kill): checkpointed, resumable
-        write_error(run_dir, "INTERRUPTED")
-        logger.close("KILLED")  # a requeued attempt marks it RUNNING again
-        end_attempt(run_dir, token, "terminated")
-        raise
-    except SystemExit:  # submitit's USR2 handler requeued the job (after our checkpoint) and exits
-        logger.flush()
-        end_attempt(run_dir, token, "requeued")
-        raise
-    except BaseException:
-        write_error(run_dir, "FAILED")
-        with contextlib.suppress(OSError):  # a full disk must not hide the run's own error behind its own
-            logger.close("FAILED")
-        with contextlib.suppress(OSError):
-            end_attempt(run_dir, token, "failed")
-        raise
-    result = {str(k): float(v) for k, v in (result or {}).items()}
-    stop = read_stop(run_dir)
-    if stop is not None:  # a monitor rule ended the run at a step boundary, its checkpoint kept
-        _tag_stopped(logger, run_dir, stop)
-    logger.close("FINISHED")
-    (run_dir / ERROR_RESERVE).unlink(missing_ok=True)
-    write_result(run_dir, result, token=token, **({"stopped": stop.to_json()} if stop is not None else {}))
-    end_attempt(run_dir, token, "stopped" if stop is not None else "finished")
-    return result
+                cluster = run_cluster(allocation, run_dir, logger)
+            else:
+                cluster = contextlib.nullcontext()
+            # USR2/SIGTERM wait for the backend's step boundary, as does leaving before the time limit
+            # (jobs.deadline); a closed terminal interrupts like Ctrl-C
+            deadline = for_this_job(run_dir)
+            with cluster, preemption.deferred_signals(deadline=deadline), _hangup_interrupts():
+                result = train(run, run_dir, logger, cache_dir)
+        except fencing.StaleAttempt:  # a newer attempt owns the run folder: nothing more is written
+            raise
+        except KeyboardInterrupt:  # local cancel / Ctrl-C: resumable, not a failure of the run
+            write_error(run_dir, "INTERRUPTED")
+            logger.close("KILLED")
+            end_attempt(run_dir, token, "interrupted")
+            raise
+        except preemption.Terminated:  # SIGTERM (requeue, preemption, kill): checkpointed, resumable
+            write_error(run_dir, "INTERRUPTED")
+            logger.close("KILLED")  # a requeued attempt marks it RUNNING again
+            end_attempt(run_dir, token, "terminated")
+            raise
+        except SystemExit:  # submitit's USR2 handler requeued the job (after our checkpoint) and exits
+            logger.flush()
+            end_attempt(run_dir, token, "requeued")
+            raise
+        except BaseException:
+            write_error(run_dir, "FAILED")
+            with contextlib.suppress(OSError):  # a full disk must not hide the run's own error behind its own
+                logger.close("FAILED")
+            with contextlib.suppress(OSError):
+                end_attempt(run_dir, token, "failed")
+            raise
+        result = {str(k): float(v) for k, v in (result or {}).items()}
+        stop = read_stop(run_dir)
+        if stop is not None:  # a monitor rule ended the run at a step boundary, its checkpoint kept
+            _tag_stopped(logger, run_dir, stop)
+        logger.close("FINISHED")
+        (run_dir / ERROR_RESERVE).unlink(missing_ok=True)
+        write_result(run_dir, result, token=token, **({"stopped": stop.to_json()} if stop is not None else {}))
+        end_attempt(run_dir, token, "stopped" if stop is not None else "finished")
+        return result
 
 
 @contextlib.contextmanager
