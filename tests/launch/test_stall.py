@@ -26,6 +26,7 @@ from polling import wait_until
 from sweep_files import write_sweep
 
 from cancelctl.backends.step_costs import STEP_PAUSE_ENV
+from cancelctl.jobs.watchdog import py_spy
 from cancelctl.launch import cancel_sweep, launch_sweep, sweep_status, wait_for_sweep
 from cancelctl.spec.expand import load_sweep
 from cancelctl.workdir import sweep_paths
@@ -67,7 +68,9 @@ def test_a_frozen_lab_run_is_caught_within_its_limit_its_stacks_saved_requeued_a
     caught_s = stall["ts"] - frozen_at
     assert caught_s <= 60 * stall["limit_min"] + 3, (caught_s, stall)  # within its limit (a poll and the dump)
     stacks = (run_dir / stall["stacks"]).read_text()
-    assert f"=== process {pid}:" in stacks and "lab/train.py" in stacks  # py-spy read the frozen process
+    assert f"=== process {pid}:" in stacks
+    if py_spy() is not None:  # the test extra installs it; without it the frozen process gives /proc's view only
+        assert "lab/train.py" in stacks  # py-spy read the frozen process
     assert states[0].stalls == 1 and "1 stall(s), the latest stalled at step" in states[0].reason
     (requeue_s,) = stall_to_requeue_s(run_dir)
     record_figure(f"local lab: frozen at step {FREEZE_AT}, caught after {caught_s:.1f} s (limit "

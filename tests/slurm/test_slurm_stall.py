@@ -27,6 +27,7 @@ from stall_runs import (
 from polling import wait_until
 
 from cancelctl.backends.step_costs import STEP_PAUSE_ENV
+from cancelctl.jobs.watchdog import py_spy
 from cancelctl.launch import cancel_sweep, launch_sweep, sweep_status, wait_for_sweep
 from cancelctl.spec.expand import load_sweep
 from cancelctl.workdir import sweep_paths
@@ -72,7 +73,9 @@ def test_a_frozen_lab_job_is_caught_its_stacks_saved_requeued_by_slurm_and_compl
     caught_s = stall["ts"] - frozen_at
     assert caught_s <= 60 * stall["limit_min"] + 3, (caught_s, stall)
     stacks = (run_dir / stall["stacks"]).read_text()
-    assert f"=== process {pid}:" in stacks and "lab/train.py" in stacks
+    assert f"=== process {pid}:" in stacks
+    if py_spy() is not None:  # the test extra installs it; without it the frozen process gives /proc's view only
+        assert "lab/train.py" in stacks  # py-spy read the frozen process
     assert states[0].stalls == 1 and states[0].attempts == 2
 
     from mlflow.tracking import MlflowClient
