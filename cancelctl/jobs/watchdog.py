@@ -105,32 +105,21 @@ def median_step_s(metrics: Path) -> float | None:
     return statistics.median(per_step) if per_step else None
 
 
-def last_step(metrics: Path) -> int | None:
-    try:
-        with open(metrics, "rb") as handle:
-            size = handle.seek(0, 2)
-            handle.seek(max(0, size - 8192))
-            tail = handle.read()
-    except OSError:
-        return None
-    for raw in reversed(tail.split(b"\n")):
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            return int(json.loads(raw)["step"])
-    return None
-
-
 class Progress:
     """What the watched attempt has shown since it started: the last step logged, the heartbeat,
     when either last moved (monotonic), and whether a step has been made (not only a phase)."""
 
     def __init__(self, run_dir: Path, now: float) -> None:
-        self.run_dir, self.metrics = run_dir, run_dir / "metrics.jsonl"
-        self.step = last_step(self.metrics)
+        from cancelctl.workdir import RunFolder  # here, not at import: the watchdog starts on the stdlib alone
+
+        self.folder = RunFolder(run_dir)
+        self.run_dir, self.metrics = run_dir, self.folder.metrics
+        self.step = self.folder.last_step()
         self.beat = read_beat(run_dir)[0]
         self.since, self.stepped = now, False
 
     def observe(self, now: float) -> None:
-        step = last_step(self.metrics)
+        step = self.folder.last_step()
         beat, said = read_beat(self.run_dir)
         if step != self.step:
             self.step, self.since, self.stepped = step, self._when(self.metrics, now), True
