@@ -82,7 +82,7 @@ class Submission:
     error: str | None = None
     resources: dict[str, Any] = field(default_factory=dict)
     lookup_error: str | None = None  # why the last look for an unconfirmed submission's job got no answer
-    # The scheduler's id of one run of it ('812_3' for array task 3): `Executor.task_job_id`.
+    # The scheduler's id of one run of it ('812_3' for array task 3): `JobHandle.job_id`.
 
 
 @dataclass

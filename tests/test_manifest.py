@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cancelctl.executors import get_executor
+from cancelctl.executors.slurm_states import TaskStates
 from cancelctl.manifest import (
     ABANDONED,
     INTENT,
@@ -25,6 +26,7 @@ from cancelctl.manifest import (
     atomic_write_json,
     file_lock,
 )
+from cancelctl.workdir import sweep_paths
 
 
 def manifest_with(n_runs: int) -> Manifest:
@@ -45,7 +47,8 @@ def test_round_trip_keeps_sweep_order_and_submissions(tmp_path):
     assert list(loaded.runs) == ["run0002", "run0001", "run0000"]
     assert loaded.latest_submission("run0000") == (loaded.submissions[sub.token], 1)
     restored = loaded.submissions[sub.token]
-    assert get_executor(restored.executor).task_job_id(restored, 1) == "812_1"
+    job = get_executor(restored.executor).handle(sweep_paths(tmp_path, "demo"), restored, 1, TaskStates(), tmp_path)
+    assert job.job_id == "812_1" and job.run_id == "run0000"
     assert loaded.latest_submission("run0001") is None
     assert loaded.intents() == [loaded.submissions[sub.token]] and loaded.submissions[sub.token].state == INTENT
     assert loaded.to_json() == manifest.to_json()

@@ -13,15 +13,15 @@ The launcher, `status` and `cancel` talk to a scheduler only through these metho
     task_states(paths, submissions, freshness) -> TasksT  status: ONE scheduler query for the whole sweep,
                                             shared by every verb of the work dir while fresh enough
     unreachable(tasks) -> note | None       status: the scheduler did not answer (states are the last known)
-    answered(sub, tasks)                    status: whether that silence covers this submission
-    classify(state, ...) -> RunState        status: a started submission's run state from `tasks` (a new one)
+    handle(paths, sub, index, tasks, run_dir) -> JobHandle   status, logs: one run's job, bound to `tasks`:
+                                            its job id, state, log path, requeued and run state (`handle`)
     cancel(paths, active, signalled)        cancel: stop these runs; returns the job ids it stopped
-    log_path(paths, sub, index)             the scheduler's stderr log of a run
 
 An executor is typed by what its plan and its scheduler's answer are (`Executor[PlanT, TasksT]`, as
 submitit's executors are by their job type): SLURM plans a `JobShape` per run and answers with
 `TaskStates`; a driven executor (local, debug) plans nothing (`None`) and asks no scheduler
-(`NoTasks`).
+(`NoTasks`). What the scheduler says of one run is read through its `JobHandle[TasksT]` (the
+executor's `job_class`, as submitit's `Executor.job_class`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from cancelctl.manifest import Manifest, RunEntry, Submission
+from cancelctl.executors.handle import JobHandle, TasksT
+from cancelctl.manifest import Submission
 from cancelctl.runstate import RunState
 from cancelctl.workdir import SweepPaths
 
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 Tick = Callable[[bool], None]
 
 PlanT = TypeVar("PlanT")  # what `plan` checked per run and `submit` is handed (SLURM: run id -> JobShape)
-TasksT = TypeVar("TasksT")  # the scheduler's answer `task_states` gives and `classify` reads (SLURM: TaskStates)
 NoTasks = dict[str, object]  # the answer of an executor that asks no scheduler: always empty
 
 
@@ -93,6 +93,7 @@ class Executor(ABC, Generic[PlanT, TasksT]):
     reconcile_on_status: ClassVar[bool] = False  # `status` resolves this executor's intents (when no launcher is busy)
     stops_with_launcher: ClassVar[bool] = False  # an interrupted launch stops the runs it queued or started
     has_time_limit: ClassVar[bool] = False  # a job's `cluster.time_min` ends its allocation (the lead, validate's warning)
+    job_class: ClassVar[type[JobHandle[Any]]]  # what `handle` hands out: reads this executor's `TasksT`
 
     # -- launch --------------------------------------------------------------------------------
 
@@ -132,34 +133,16 @@ class Executor(ABC, Generic[PlanT, TasksT]):
     def task_states(self, paths: SweepPaths, submissions: Sequence[Submission],
                     freshness: Freshness = DECIDE) -> TasksT:
         """The scheduler's view of these submitted submissions (one query; none asked when there are
-        none, nor while a view `freshness` allows is at hand), as `classify` reads it. Where the
+        none, nor while a view `freshness` allows is at hand), as its job handles read it. Where the
         scheduler does not answer, the last answer it gave stands (never "unknown")."""
 
     def unreachable(self, tasks: TasksT) -> str | None:
         """One line naming what did not answer and since when, when `tasks` are not a fresh answer."""
         return None
 
-    def answered(self, sub: Submission, tasks: TasksT) -> bool:
-        """The scheduler answered for this submission in `tasks` (not a state remembered from before)."""
-        return True
-
-    def requeued(self, sub: Submission, index: int, tasks: TasksT, run_dir: Path) -> bool:
-        """A run that wrote its result but is queued or running again (requeue, preemption)."""
-        return False
-
-    @abstractmethod
-    def classify(self, state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission, index: int,
-                 tasks: TasksT, now: float) -> RunState:
-        """The state of a run whose latest submission reached the scheduler: `state` (what the run
-        folder says) with its state word and reason — and, where the scheduler ended it on a cancel
-        request, `cancel_requested` — as `tasks` and the run folder decide; `state` is not changed."""
-
-    def task_job_id(self, sub: Submission, index: int) -> str | None:
-        """The scheduler's id of run `index` of a submission."""
-        return sub.job_id
-
-    def log_path(self, paths: SweepPaths, sub: Submission, index: int) -> Path | None:
-        return None
+    def handle(self, paths: SweepPaths, sub: Submission, index: int, tasks: TasksT, run_dir: Path) -> JobHandle[TasksT]:
+        """Run `index` of `sub` (its folder `run_dir`) as `tasks`, this executor's answer, show it."""
+        return self.job_class(paths, sub, index, tasks, run_dir)
 
     # -- cancel --------------------------------------------------------------------------------
 
@@ -171,6 +154,3 @@ class Executor(ABC, Generic[PlanT, TasksT]):
     def wait_stopped(self, job_ids: Sequence[str], deadline: float) -> None:
         """Return once the scheduler holds nothing of these jobs (TimeoutError at `deadline`)."""
 
-
-def cancelled_by_us(entry: RunEntry, sub: Submission) -> bool:
-    return entry.cancelled_at is not None and entry.cancelled_at >= sub.created_at

@@ -24,9 +24,10 @@ from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
-from cancelctl.executors.base import DECIDE, Executor, Freshness, NoTasks, Submitted, Tick, cancelled_by_us
+from cancelctl.executors.base import DECIDE, Executor, Freshness, NoTasks, Submitted, Tick
+from cancelctl.executors.handle import JobHandle
 from cancelctl.fileio import read_json
 from cancelctl.jobs.outcome import process_start, read_attempts, read_error, same_process_alive
 from cancelctl.manifest import Manifest, ManifestStore, RunEntry, Submission
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("cancelctl.launch")
 
 INTERRUPT_GRACE_S = 10.0  # runs get SIGINT (they close their MLflow run KILLED), then SIGKILL
+RUNNING_PROCESS = "RUNNING"  # a driven job's one state word: its controller or its run's process is alive
 
 
 class ProcessId(NamedTuple):
@@ -105,12 +107,45 @@ def submission_alive(run_dir: Path, sub: Submission) -> bool:
     return job.get("token") == sub.token and same_process_alive(job.get("pid"), job.get("start"))
 
 
+class DrivenJob(JobHandle[NoTasks]):
+    """A driven run's process: its controller (`sub.job_id`, the driver itself for debug) and the
+    run's own process (job.json); no scheduler keeps a word for it once it is gone."""
+
+    @property
+    def state(self) -> str | None:
+        return RUNNING_PROCESS if submission_alive(self.run_dir, self.sub) else None
+
+    def classify(self, state: RunState, entry: RunEntry, now: float) -> RunState:
+        sub = self.sub
+        error = read_error(state.run_dir)  # written as the run ends: its process may still be exiting
+        if error is None and self.state == RUNNING_PROCESS:
+            return replace(state, state=RUNNING)
+        started = any(a.get("event") == "start" and a.get("token") == sub.token for a in read_attempts(state.run_dir))
+        if error is not None and error[0] == "INTERRUPTED":
+            return replace(state, state=CANCELLED,
+                           reason="interrupted" + (" by cancelctl" if self.cancelled_by_us(entry) else ""))
+        if error is not None:
+            return replace(state, state=FAILED, reason=error[1])
+        if not started and self.cancelled_by_us(entry):  # stopped while it started: what cancel promised
+            return replace(state, state=CANCELLED,
+                           reason="cancelled before it started (cancelctl cancel, or an interrupted launch)")
+        if not started:
+            return replace(state, state=UNSUBMITTED, reason="its process ended before the run started")
+        if self.cancelled_by_us(entry):  # stopped by cancelctl before it could record it (still starting)
+            return replace(state, state=CANCELLED, reason="interrupted by cancelctl while it started; a rerun resumes it")
+        # no result, no error: killed from outside (SIGKILL, a closed terminal, the OOM killer)
+        return replace(state, state=CANCELLED, reason=(
+            f"interrupted: process {sub.job_id} was killed (no result, no error); "
+            f"a rerun resumes it from its checkpoint" + (f"; see {state.log}" if state.log else "")))
+
+
 class DrivenExecutor(Executor[None, NoTasks]):
     """Submission = queueing in the manifest; a driver process starts the queued runs. Nothing is
     planned per run and no scheduler is asked: the manifest and the processes are the state."""
 
     controller_signal = signal.SIGINT  # how a run's controller is stopped once the run is gone
     stops_with_launcher = True  # the launcher (or its detached driver) owns these runs: they end with it
+    job_class: ClassVar[type[DrivenJob]] = DrivenJob
 
     @abstractmethod
     def drive_queue(self, paths: SweepPaths, tick: Tick | None, job_ids: list[str]) -> None:
@@ -161,29 +196,6 @@ class DrivenExecutor(Executor[None, NoTasks]):
 
     def task_states(self, paths: SweepPaths, submissions: Sequence[Submission], freshness: Freshness = DECIDE) -> NoTasks:
         return {}
-
-    def classify(self, state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission, index: int,
-                 tasks: NoTasks, now: float) -> RunState:
-        error = read_error(state.run_dir)  # written as the run ends: its process may still be exiting
-        if error is None and submission_alive(state.run_dir, sub):
-            return replace(state, state=RUNNING)
-        started = any(a.get("event") == "start" and a.get("token") == sub.token for a in read_attempts(state.run_dir))
-        if error is not None and error[0] == "INTERRUPTED":
-            return replace(state, state=CANCELLED,
-                           reason="interrupted" + (" by cancelctl" if cancelled_by_us(entry, sub) else ""))
-        if error is not None:
-            return replace(state, state=FAILED, reason=error[1])
-        if not started and cancelled_by_us(entry, sub):  # stopped while it started: what cancel promised
-            return replace(state, state=CANCELLED,
-                           reason="cancelled before it started (cancelctl cancel, or an interrupted launch)")
-        if not started:
-            return replace(state, state=UNSUBMITTED, reason="its process ended before the run started")
-        if cancelled_by_us(entry, sub):  # stopped by cancelctl before it could record it (still starting)
-            return replace(state, state=CANCELLED, reason="interrupted by cancelctl while it started; a rerun resumes it")
-        # no result, no error: killed from outside (SIGKILL, a closed terminal, the OOM killer)
-        return replace(state, state=CANCELLED, reason=(
-            f"interrupted: process {sub.job_id} was killed (no result, no error); "
-            f"a rerun resumes it from its checkpoint" + (f"; see {state.log}" if state.log else "")))
 
     # -- cancel --------------------------------------------------------------------------------
 

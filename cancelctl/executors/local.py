@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from cancelctl.executors.base import Tick
-from cancelctl.executors.driver import DrivenExecutor, driver_alive, is_driver, main, me, queued_runs, submission_alive
+from cancelctl.executors.driver import DrivenExecutor, DrivenJob, driver_alive, is_driver, main, me, queued_runs, submission_alive
 from cancelctl.fileio import read_json
 from cancelctl.jobs.entry import LOCAL_PROCESS_ENTRY
 from cancelctl.jobs.outcome import archive_error, process_start, same_process_alive
@@ -74,9 +74,18 @@ def array_parallelism(paths: SweepPaths, manifest: Manifest, run_ids: Sequence[s
     return limits
 
 
+class LocalJob(DrivenJob):
+    """A run as one submitit local job: its controller's output is submitit's log pair."""
+
+    @property
+    def log_path(self) -> Path | None:
+        return None if self.sub.job_id is None else self.paths.submitit_dir / "local" / f"{self.sub.job_id}_0_log.err"
+
+
 class LocalExecutor(DrivenExecutor):
     name = "local"
     controller_signal = signal.SIGKILL  # submitit's controller would SIGKILL its run a second after SIGINT
+    job_class = LocalJob
 
     def drive_queue(self, paths: SweepPaths, tick: Tick | None, job_ids: list[str]) -> None:
         store = paths.store
@@ -184,9 +193,6 @@ class LocalExecutor(DrivenExecutor):
                 pending = [s for s in pending if s.token not in adopted and not expired]
             if pending:
                 time.sleep(0.5)
-
-    def log_path(self, paths: SweepPaths, sub: Submission, index: int) -> Path | None:
-        return None if sub.job_id is None else paths.submitit_dir / "local" / f"{sub.job_id}_0_log.err"
 
 
 def preload_enabled() -> bool:

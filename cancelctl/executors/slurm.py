@@ -21,7 +21,8 @@ from cancelctl.errors import SpecError, SpecIssue
 from cancelctl.executors import slurm_commands as slurm
 from cancelctl.executors import slurm_states
 from cancelctl.errors import SchedulerError
-from cancelctl.executors.base import DECIDE, ArrayPlan, Executor, Freshness, Submitted, cancelled_by_us
+from cancelctl.executors.base import DECIDE, ArrayPlan, Executor, Freshness, Submitted
+from cancelctl.executors.handle import JobHandle
 from cancelctl.executors.slurm_view import shared_task_states
 from cancelctl.fileio import read_json
 from cancelctl.jobs.outcome import read_error, result_finished_at
@@ -33,7 +34,6 @@ from cancelctl.manifest import (
     SUBMIT_FAILED,
     SUBMITTED,
     UNCONFIRMED,
-    Manifest,
     RunEntry,
     Submission,
 )
@@ -59,12 +59,88 @@ Shapes = dict[str, slurm.JobShape]  # run id -> its array's shape
 TaskStates = slurm_states.TaskStates  # (array id, index) -> what sacct/squeue said of that task
 
 
+class SlurmJob(JobHandle[TaskStates]):
+    """One task of a SLURM job array: `tasks` is the sweep's one sacct/squeue answer."""
+
+    @property
+    def job_id(self) -> str | None:
+        return None if self.sub.job_id is None else f"{self.sub.job_id}_{self.index}"
+
+    @property
+    def task(self) -> slurm_states.TaskState | None:
+        """What sacct/squeue said of this task (None: neither showed it, or they were not asked)."""
+        return self.tasks.get((self.sub.job_id, self.index))
+
+    @property
+    def state(self) -> str | None:
+        task = self.task
+        return None if task is None else task.state
+
+    @property
+    def log_path(self) -> Path | None:
+        return None if self.sub.job_id is None else self.paths.submitit_dir / f"{self.job_id}_0_log.err"
+
+    @property
+    def answered(self) -> bool:
+        return not self.tasks.no_answer_for(self.sub.job_id)
+
+    def requeued(self) -> bool:
+        """A task that wrote result.json and was then requeued (`scontrol requeue`, preemption) runs
+        again: until it ends, the scheduler's state is the truth, not the earlier result. The newer
+        of the two positive answers wins: a state SLURM gave before the result was written (one
+        remembered through an outage, or a shared view not yet renewed) does not outrank it, and a
+        result an attempt started since has replaced is no result."""
+        if self.state not in SLURM_PENDING | SLURM_RUNNING:
+            return False
+        finished = result_finished_at(self.run_dir)
+        return finished is None or self.tasks.as_of.get(self.sub.job_id, 0.0) > finished
+
+    def classify(self, state: RunState, entry: RunEntry, now: float) -> RunState:
+        sub, task = self.sub, self.task
+        error = read_error(state.run_dir)
+        if task is None:
+            if error is not None:
+                return replace(state, state=FAILED, reason=error[1])
+            if now - (sub.submitted_at or sub.created_at) < ACCOUNTING_GRACE_S:
+                return replace(state, state=PENDING, reason="submitted; not in accounting yet")
+            if sub.job_id in self.tasks.unanswered:  # silence is not "gone"
+                return replace(state, state=PENDING, reason="SLURM unreachable; no state known for this job yet")
+            if sub.job_id in self.tasks.unasked:  # a watcher's first look: SLURM is being asked
+                return replace(state, state=PENDING, reason="submitted; no state from SLURM yet")
+            return replace(state, state=FAILED, reason=f"job {state.job_id} is unknown to SLURM (sacct/squeue)")
+        word = task.state
+        if word in SLURM_PENDING and self._started_since_view(state):
+            return replace(state, state=RUNNING)
+        if word in SLURM_PENDING:
+            return replace(state, state=PENDING, reason=task.detail or word.lower())
+        if word in SLURM_RUNNING:
+            return replace(state, state=RUNNING)
+        if word == "COMPLETED":
+            return replace(state, state=COMPLETED)  # the job wrapper exits non-zero whenever the run raised
+        if word == "CANCELLED" and self.cancelled_by_us(entry):
+            return replace(state, state=CANCELLED, reason="cancelled by cancelctl", cancel_requested=True)
+        # FAILED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED from outside ...
+        outside = " (killed outside cancelctl)" if word == "CANCELLED" else ""
+        detail = f"{task.detail or word}{outside}"
+        return replace(state, state=FAILED, reason=f"{detail}; {error[1]}" if error is not None else detail,
+                       cancel_requested=word == "CANCELLED")
+
+    def _started_since_view(self, state: RunState) -> bool:
+        """The run folder shows this very task started after SLURM last called it pending: the view is
+        older than the run's own record (a shared view not yet renewed, or an outage)."""
+        job = read_json(RunFolder(state.run_dir).job) if state.run_dir is not None else None
+        return (isinstance(job, dict) and job.get("job_id") == f"{self.sub.job_id}_{self.index}"
+                and isinstance(job.get("started_at"), (int, float))
+                and job["started_at"] > self.tasks.as_of.get(self.sub.job_id, 0.0))
+
+
 class SlurmExecutor(Executor[Shapes, TaskStates]):
     name = "slurm"
     waits_by_default = False  # a sweep on a cluster outlives the login shell
     has_time_limit = True
     poll_s = 5.0
     reconcile_on_status = True  # a lost job id is found by job name, without waiting
+    job_class = SlurmJob
 
     def check_available(self) -> None:
         if not slurm.slurm_available():
@@ -225,58 +301,6 @@ class SlurmExecutor(Executor[Shapes, TaskStates]):
     def unreachable(self, tasks: TaskStates) -> str | None:
         return tasks.unreachable_note()
 
-    def answered(self, sub: Submission, tasks: TaskStates) -> bool:
-        return not tasks.no_answer_for(sub.job_id)
-
-    def requeued(self, sub: Submission, index: int, tasks: TaskStates, run_dir: Path) -> bool:
-        """A task that wrote result.json and was then requeued (`scontrol requeue`, preemption) runs
-        again: until it ends, the scheduler's state is the truth, not the earlier result. The newer
-        of the two positive answers wins: a state SLURM gave before the result was written (one
-        remembered through an outage, or a shared view not yet renewed) does not outrank it, and a
-        result an attempt started since has replaced is no result."""
-        task = tasks.get((sub.job_id, index))
-        if task is None or task.state not in SLURM_PENDING | SLURM_RUNNING:
-            return False
-        finished = result_finished_at(run_dir)
-        return finished is None or tasks.as_of.get(sub.job_id, 0.0) > finished
-
-    def classify(self, state: RunState, manifest: Manifest, entry: RunEntry, sub: Submission, index: int,
-                 tasks: TaskStates, now: float) -> RunState:
-        task = tasks.get((sub.job_id, index))
-        error = read_error(state.run_dir)
-        if task is None:
-            if error is not None:
-                return replace(state, state=FAILED, reason=error[1])
-            if now - (sub.submitted_at or sub.created_at) < ACCOUNTING_GRACE_S:
-                return replace(state, state=PENDING, reason="submitted; not in accounting yet")
-            if sub.job_id in tasks.unanswered:  # silence is not "gone"
-                return replace(state, state=PENDING, reason="SLURM unreachable; no state known for this job yet")
-            if sub.job_id in tasks.unasked:  # a watcher's first look: SLURM is being asked
-                return replace(state, state=PENDING, reason="submitted; no state from SLURM yet")
-            return replace(state, state=FAILED, reason=f"job {state.job_id} is unknown to SLURM (sacct/squeue)")
-        word = task.state
-        if word in SLURM_PENDING and _started_since(state, sub, index, tasks):
-            return replace(state, state=RUNNING)
-        if word in SLURM_PENDING:
-            return replace(state, state=PENDING, reason=task.detail or word.lower())
-        if word in SLURM_RUNNING:
-            return replace(state, state=RUNNING)
-        if word == "COMPLETED":
-            return replace(state, state=COMPLETED)  # the job wrapper exits non-zero whenever the run raised
-        if word == "CANCELLED" and cancelled_by_us(entry, sub):
-            return replace(state, state=CANCELLED, reason="cancelled by cancelctl", cancel_requested=True)
-        # FAILED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED from outside ...
-        outside = " (killed outside cancelctl)" if word == "CANCELLED" else ""
-        detail = f"{task.detail or word}{outside}"
-        return replace(state, state=FAILED, reason=f"{detail}; {error[1]}" if error is not None else detail,
-                       cancel_requested=word == "CANCELLED")
-
-    def task_job_id(self, sub: Submission, index: int) -> str | None:
-        return None if sub.job_id is None else f"{sub.job_id}_{index}"
-
-    def log_path(self, paths: SweepPaths, sub: Submission, index: int) -> Path | None:
-        return None if sub.job_id is None else paths.submitit_dir / f"{sub.job_id}_{index}_0_log.err"
-
     # -- cancel --------------------------------------------------------------------------------
 
     def cancel(self, paths: SweepPaths, active: Sequence[RunState], signalled: dict[str, float]) -> list[str]:
@@ -299,14 +323,6 @@ class SlurmExecutor(Executor[Shapes, TaskStates]):
             time.sleep(0.5)
 
 
-def _started_since(state: RunState, sub: Submission, index: int, tasks: TaskStates) -> bool:
-    """The run folder shows this very task started after SLURM last called it pending: the view is
-    older than the run's own record (a shared view not yet renewed, or an outage)."""
-    job = read_json(RunFolder(state.run_dir).job) if state.run_dir is not None else None
-    return (isinstance(job, dict) and job.get("job_id") == f"{sub.job_id}_{index}"
-            and isinstance(job.get("started_at"), (int, float)) and job["started_at"] > tasks.as_of.get(sub.job_id, 0.0))
-
-
 def _array_chunks(runs: Sequence[RunSpec], shapes: Shapes) -> Iterator[tuple[slurm.JobShape, list[RunSpec]]]:
     """One array per resource shape (in sweep order), cut to the cluster's MaxArraySize."""
     groups: dict[str, tuple[slurm.JobShape, list[RunSpec]]] = {}
@@ -323,4 +339,4 @@ def _json_safe(params: dict) -> dict:
     return json.loads(json.dumps(params, default=str))
 
 
-__all__ = ["SlurmExecutor"]
+__all__ = ["SlurmExecutor", "SlurmJob"]

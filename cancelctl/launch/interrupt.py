@@ -1,7 +1,7 @@
 """A launcher interrupted by a signal: Ctrl-C (SIGINT), SIGTERM and a closed terminal (SIGHUP) all end
 `cancelctl sweep` the same way, as a KeyboardInterrupt, so the driver lets go of the sweep and the
 user learns how to resume. Runs interrupted with it end `cancelled` (resumable), never `failed`.
-SIGKILL cannot be caught: its runs are classified as interrupted by the executor (`DrivenExecutor.classify`).
+SIGKILL cannot be caught: its runs are classified as interrupted by their job handle (`DrivenJob.classify`).
 
 A signal is also recorded (`raise_if_interrupted`): an exception raised by a handler can be lost —
 Python prints and drops one raised while a finalizer (`__del__`) runs — so the launcher's loops ask

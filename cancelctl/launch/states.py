@@ -1,7 +1,7 @@
 """Per-run state of a sweep, from the manifest, the executors and the run folders.
 
 The state words and `RunState` live in `cancelctl.runstate`; what a scheduler says about a
-submission is its executor's business (`Executor.classify`).
+run's job is read through the handle its executor hands out (`cancelctl.executors.handle.JobHandle`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from cancelctl.executors import get_executor
-from cancelctl.executors.base import DECIDE, Executor, Freshness
+from cancelctl.executors.base import DECIDE, Freshness
+from cancelctl.executors.handle import JobHandle
 from cancelctl.fileio import read_json
 from cancelctl.jobs.outcome import read_attempts, stalls
 from cancelctl.jobs.watchdog import stall_sentence
@@ -56,10 +57,15 @@ def sweep_states(paths: SweepPaths, manifest: Manifest, *, driver_alive: bool,
     # each executor's answer, one query at most (none asked for an executor with nothing submitted)
     tasks = {name: executors[name].task_states(paths, list(subs.values()), freshness)
              for name, subs in sorted(submitted.items())}
+    jobs: dict[str, JobHandle[Any]] = {}  # run id -> its latest submission's job, bound to its executor's answer
+    for run_id, pair in latest.items():
+        if pair is not None:
+            sub, index = pair
+            run_dir = paths.run_dir(run_id, manifest.runs[run_id].name)
+            jobs[run_id] = executors[sub.executor].handle(paths, sub, index, tasks[sub.executor], run_dir)
     now = time.time()
     states = SweepStates(
-        run_state(paths, manifest, run_id, entry, latest[run_id], executors, tasks, driver_alive, now)
-        for run_id, entry in manifest.runs.items()
+        run_state(paths, manifest, run_id, jobs.get(run_id), driver_alive, now) for run_id in manifest.runs
     )
     for state in states:
         state.stale = not manifest.is_current(state.run_id)
@@ -70,25 +76,21 @@ def sweep_states(paths: SweepPaths, manifest: Manifest, *, driver_alive: bool,
         notes.append(f"{runs} run(s) of {len(lost)} submission(s) whose sbatch answer was lost are not found yet "
                      f"({'; '.join(unconfirmed_reason(sub) for sub in lost.values())})")
     if any(notes):  # what ended meanwhile is known from the runs' own records: said, and counted as ended
-        own = [s for s in states if s.state in (COMPLETED, STOPPED) and _unanswered(latest[s.run_id], executors, tasks)]
+        own = [s for s in states if s.state in (COMPLETED, STOPPED) and _unanswered(jobs.get(s.run_id))]
         if own:
             notes.append(f"{len(own)} finished by their own record (result.json) while SLURM did not answer")
     states.unreachable = "; ".join(filter(None, notes)) or None
     return states
 
 
-def _unanswered(latest: tuple[Submission, int] | None, executors: dict[str, Executor[Any, Any]],
-                tasks: dict[str, Any]) -> bool:
-    if latest is None or latest[0].state != SUBMITTED:
-        return False
-    sub = latest[0]
-    return not executors[sub.executor].answered(sub, tasks[sub.executor])
+def _unanswered(job: JobHandle[Any] | None) -> bool:
+    return job is not None and job.sub.state == SUBMITTED and not job.answered
 
 
-def run_state(paths: SweepPaths, manifest: Manifest, run_id: str, entry: RunEntry, latest: tuple[Submission, int] | None,
-              executors: dict[str, Executor[Any, Any]], tasks: dict[str, Any], driver_alive: bool, now: float) -> RunState:
-    state = _run_state(paths, manifest, run_id, entry, latest, executors, tasks, driver_alive, now)
-    return with_stalls(state)
+def run_state(paths: SweepPaths, manifest: Manifest, run_id: str, job: JobHandle[Any] | None, driver_alive: bool,
+              now: float) -> RunState:
+    """Run `run_id`'s state; `job`: its latest submission's handle (None: never submitted)."""
+    return with_stalls(_run_state(paths, manifest, run_id, job, driver_alive, now))
 
 
 def with_stalls(state: RunState) -> RunState:
@@ -102,26 +104,17 @@ def with_stalls(state: RunState) -> RunState:
     return state
 
 
-def _run_state(
-    paths: SweepPaths,
-    manifest: Manifest,
-    run_id: str,
-    entry: RunEntry,
-    latest: tuple[Submission, int] | None,
-    executors: dict[str, Executor[Any, Any]],
-    tasks: dict[str, Any],
-    driver_alive: bool,
-    now: float,
-) -> RunState:
-    run_dir = paths.run_dir(run_id, entry.name)
+def _run_state(paths: SweepPaths, manifest: Manifest, run_id: str, job: JobHandle[Any] | None, driver_alive: bool,
+               now: float) -> RunState:
+    entry = manifest.runs[run_id]
+    run_dir = job.run_dir if job is not None else paths.run_dir(run_id, entry.name)
     folder = RunFolder(run_dir)
     state = RunState(run_id, entry.name, entry.arm, entry.seed, UNSUBMITTED, steps=entry.steps, run_dir=run_dir)
     state.attempts = sum(1 for a in read_attempts(run_dir) if a.get("event") == "start")
-    job = read_json(folder.job)
-    if isinstance(job, dict) and isinstance(job.get("hardware"), dict):
-        state.hardware = job["hardware"]
+    record = read_json(folder.job)  # the latest attempt's job.json
+    if isinstance(record, dict) and isinstance(record.get("hardware"), dict):
+        state.hardware = record["hardware"]
     result = read_json(folder.result)
-    executor = executors[latest[0].executor] if latest is not None else None
     if result is not None:
         state.state, state.final = COMPLETED, dict(result.get("metrics") or {})
         if result.get("adopted_from"):  # run elsewhere, found FINISHED in the shared tracking store
@@ -129,13 +122,9 @@ def _run_state(
         stop = read_json(folder.stopped)
         if isinstance(stop, dict):  # a monitor rule ended it (cancelctl.jobs.monitor.RunMonitor)
             state.state, state.reason = STOPPED, stop_reason(stop)
-    if latest is not None:
-        sub, index = latest
-        state.executor, state.job_id, state.log = sub.executor, executor.task_job_id(sub, index), executor.log_path(paths, sub, index)
-    requeued = (
-        latest is not None and latest[0].state == SUBMITTED
-        and executor.requeued(latest[0], latest[1], tasks[latest[0].executor], run_dir)
-    )
+    if job is not None:
+        state.executor, state.job_id, state.log = job.sub.executor, job.job_id, job.log_path
+    requeued = job is not None and job.sub.state == SUBMITTED and job.requeued()
     if state.state in (COMPLETED, STOPPED) and not requeued:
         state.step = last_step(run_dir)
         damage = folder.metrics_damage()
@@ -146,12 +135,12 @@ def _run_state(
     if entry.queued_at is not None:
         state.state, state.reason = (QUEUED, "waiting for a free core") if driver_alive else (UNSUBMITTED, "queued, but no launcher is running")
         return state
-    if cancelled_before_start(entry, latest):
+    if cancelled_before_start(entry, job.sub if job is not None else None):
         state.state, state.reason = CANCELLED, not_started_reason(manifest, entry)
         return state
-    if latest is None:
+    if job is None:
         return state
-    sub, index = latest
+    sub = job.sub
     if not run_dir.is_dir() and sub.state in (SUBMITTED, ABANDONED, SUBMIT_FAILED):  # never "ended before it started"
         state.reason = f"its run folder {run_dir} is gone (deleted or moved): a rerun runs it again from the start"
         return state
@@ -164,8 +153,8 @@ def _run_state(
     elif sub.state == UNCONFIRMED:  # maybe queued: pending until SLURM shows the job or says it has none
         state.state, state.reason = PENDING, unconfirmed_reason(sub)
     else:
-        state = executor.classify(state, manifest, entry, sub, index, tasks[sub.executor], now)
-    if state.state != UNSUBMITTED or latest is not None:  # where it is, or where it stopped
+        state = job.classify(state, entry, now)
+    if state.state != UNSUBMITTED or job is not None:  # where it is, or where it stopped
         state.step = last_step(run_dir)
     return state
 
@@ -178,13 +167,13 @@ def unconfirmed_reason(sub: Submission) -> str:
             f"until SLURM says whether it was queued")
 
 
-def cancelled_before_start(entry: RunEntry, latest: tuple[Submission, int] | None) -> bool:
+def cancelled_before_start(entry: RunEntry, latest: Submission | None) -> bool:
     """`cancel` took the run off the queue (or out of a launch) before any job of it was started:
     queueing it again clears `cancelled_at`, so one set means no launch has queued it since; a job
-    started before the cancel is classified by its executor instead."""
+    started before the cancel is classified by its job handle instead."""
     if entry.cancelled_at is None:
         return False
-    return latest is None or latest[0].state in (ABANDONED, SUBMIT_FAILED)
+    return latest is None or latest.state in (ABANDONED, SUBMIT_FAILED)
 
 
 def not_started_reason(manifest: Manifest, entry: RunEntry) -> str:

@@ -22,6 +22,7 @@ from cancelctl.executors import (
     unregister_executor,
 )
 from cancelctl.executors.base import Executor, Submitted
+from cancelctl.executors.handle import JobHandle
 from cancelctl.jobs.outcome import read_error
 from cancelctl.jobs.runjob import RunJob
 from cancelctl.launch import launch_sweep, sweep_status
@@ -33,10 +34,19 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILT_IN = ("local", "slurm", "debug")
 
 
+class InProcessJob(JobHandle):
+    """A run submit has already run: it ended without a result (a completed run never gets here)."""
+
+    def classify(self, state, entry, now):
+        error = read_error(state.run_dir)
+        return dataclasses.replace(state, state=FAILED, reason=error[1] if error else "ended without a result")
+
+
 class InProcessExecutor(Executor):
     """Runs each submitted run at once, in the launcher's process (a scheduler with no queue)."""
 
     name = "inproc"
+    job_class = InProcessJob
 
     def plan(self, runs, workdir):
         return None  # nothing to check per run
@@ -57,10 +67,6 @@ class InProcessExecutor(Executor):
 
     def task_states(self, paths, submissions, freshness):
         return {}  # no scheduler to ask: submit ran them
-
-    def classify(self, state, manifest, entry, sub, index, tasks, now):
-        error = read_error(state.run_dir)  # no result.json (a completed run never gets here)
-        return dataclasses.replace(state, state=FAILED, reason=error[1] if error else "ended without a result")
 
     def cancel(self, paths, active, signalled):
         return []  # nothing of it outlives submit

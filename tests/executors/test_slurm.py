@@ -279,19 +279,20 @@ def test_a_task_is_unknown_to_slurm_only_when_both_commands_answered(monkeypatch
 
 def test_classify_keeps_a_silent_schedulers_runs_and_fails_only_on_a_positive_answer(monkeypatch, tmp_path):
     from cancelctl.executors.slurm import ACCOUNTING_GRACE_S, SlurmExecutor
-    from cancelctl.manifest import Manifest, RunEntry, Submission
+    from cancelctl.manifest import RunEntry, Submission
     from cancelctl.runstate import RunState
+    from cancelctl.workdir import sweep_paths
 
     sub = Submission(token="t", executor="slurm", run_ids=["r"], created_at=0.0, job_id="271", submitted_at=0.0)
     entry = RunEntry(name="r", arm="a", seed=0)
     silent = slurm_states.TaskStates()
     silent.unanswered.add("271")
     state = RunState("r", "r", "a", 0, "unsubmitted", run_dir=tmp_path)
-    kept = SlurmExecutor().classify(state, Manifest(sweep="s", executor="slurm"), entry, sub, 0, silent,
-                                    now=ACCOUNTING_GRACE_S + 10)
+    paths = sweep_paths(tmp_path, "s")
+    kept = SlurmExecutor().handle(paths, sub, 0, silent, tmp_path).classify(state, entry, now=ACCOUNTING_GRACE_S + 10)
     assert kept.state == "pending" and "unreachable" in kept.reason and state.state == "unsubmitted"
-    gone = SlurmExecutor().classify(state, Manifest(sweep="s", executor="slurm"), entry, sub, 0, slurm_states.TaskStates(),
-                                    now=ACCOUNTING_GRACE_S + 10)
+    gone = SlurmExecutor().handle(paths, sub, 0, slurm_states.TaskStates(), tmp_path).classify(
+        state, entry, now=ACCOUNTING_GRACE_S + 10)
     assert gone.state == "failed" and "unknown to SLURM" in gone.reason
 
 

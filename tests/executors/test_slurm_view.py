@@ -93,14 +93,16 @@ def test_an_answer_older_than_the_runs_own_result_does_not_outrank_it(tmp_path):
 
     from cancelctl.executors.slurm import SlurmExecutor
     from cancelctl.manifest import Submission
+    from cancelctl.workdir import sweep_paths
 
     sub = Submission(token="t", executor="slurm", run_ids=["r"], job_id="271", job_name=NAMES[0])
     answered = slurm_states.TaskStates({("271", 0): TaskState("RUNNING")})
     answered.as_of["271"] = time.time()
     (tmp_path / "result.json").write_text(json.dumps({"metrics": {}, "finished_at": time.time() + 5, "token": "t"}))
-    assert not SlurmExecutor().requeued(sub, 0, answered, tmp_path)  # said running before it finished
+    job = SlurmExecutor().handle(sweep_paths(tmp_path, "s"), sub, 0, answered, tmp_path)
+    assert not job.requeued()  # said running before it finished
     answered.as_of["271"] = time.time() + 10
-    assert SlurmExecutor().requeued(sub, 0, answered, tmp_path)  # said running (again) after: a requeue
+    assert job.requeued()  # said running (again) after: a requeue
 
 
 def test_a_run_folder_that_started_after_slurm_said_pending_is_running(tmp_path):
@@ -108,15 +110,16 @@ def test_a_run_folder_that_started_after_slurm_said_pending_is_running(tmp_path)
     import time
 
     from cancelctl.executors.slurm import SlurmExecutor
-    from cancelctl.manifest import Manifest, RunEntry, Submission
+    from cancelctl.manifest import RunEntry, Submission
     from cancelctl.runstate import RunState
+    from cancelctl.workdir import sweep_paths
 
     sub = Submission(token="t", executor="slurm", run_ids=["r"], job_id="271", submitted_at=0.0)
     view = slurm_states.TaskStates({("271", 0): TaskState("PENDING", "Priority")})
     view.as_of["271"] = time.time() - 20  # a shared view 20 s old
     state = RunState("r", "r", "a", 0, "unsubmitted", run_dir=tmp_path)
-    classify = lambda: SlurmExecutor().classify(state, Manifest(sweep="s", executor="slurm"),  # noqa: E731
-                                                RunEntry(name="r", arm="a", seed=0), sub, 0, view, now=time.time())
+    job = SlurmExecutor().handle(sweep_paths(tmp_path, "s"), sub, 0, view, tmp_path)
+    classify = lambda: job.classify(state, RunEntry(name="r", arm="a", seed=0), now=time.time())  # noqa: E731
     assert classify().state == "pending"
     (tmp_path / "job.json").write_text(json.dumps({"job_id": "271_0", "started_at": time.time() - 5}))
     assert classify().state == "running"

@@ -547,7 +547,9 @@ def test_a_local_run_killed_from_outside_is_interrupted_not_failed(tmp_path):
     sub = manifest.add_submission("local", ["r1"], state="submitted", job_id="999999999", pid_start=1)
     (run_dir / "attempts.jsonl").write_text(json.dumps({"event": "start", "token": sub.token, "pid": 999999999}) + "\n")
     state = RunState("r1", "a-s0", "a", 0, "unsubmitted", run_dir=run_dir)
-    classified = LocalExecutor().classify(state, manifest, manifest.runs["r1"], sub, 0, {}, time.time())
+    job = LocalExecutor().handle(sweep_paths(tmp_path, "s"), sub, 0, {}, run_dir)
+    assert job.state is None  # its controller and its run's process are gone
+    classified = job.classify(state, manifest.runs["r1"], time.time())
     assert classified.state == "cancelled" and "killed" in classified.reason and "rerun resumes" in classified.reason
     assert state.state == "unsubmitted" and state.reason == ""  # a new state: the one given is left as it was
 
