@@ -3,7 +3,7 @@ fp32 arms carry one planted rollout fault each (rollout_faults.py, a test plugin
 the sync, another chat template, a bf16 rollout behind an fp32 declaration), a healthy fp32 arm and a
 bf16-rollout arm. The faulty arms are refused (exit 2) with their figures; the healthy one passes; the
 bf16 one reports its figures. All arms share one checkpoint family, so only the healthy arm resumes
-(its step 2 in a second job); the others run step 2 in their first job: six verl starts, one at a time."""
+(its step 2 in a second job); the others run step 2 in their first job: six verl starts, two at a time."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def smoked(tmp_path_factory):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     env["VERL_USE_EXTERNAL_MODULES"] = "rollout_faults"
     env[FAULTS_ENV] = ",".join(f"/{arm}-s0__={fault}" for arm, fault in FAULTY.items())  # the arm's run folder
-    env["CANCELCTL_LOCAL_PARALLEL"] = "1"  # one verl run (~5 GiB) at a time
+    env["CANCELCTL_LOCAL_PARALLEL"] = "2"  # two verl runs (~5 GiB each) at a time: a verl start keeps ~1 of 2 cores busy
 
     def cli(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(CLI), *args], cwd=root, capture_output=True, text=True, timeout=1700,
