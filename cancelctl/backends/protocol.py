@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from cancelctl.jobs.time_limit import StepCost
+    from cancelctl.spec.expand import Sweep
     from cancelctl.spec.experiment import ExperimentSpec
     from cancelctl.spec.run import RunSpec
     from cancelctl.tracking.logger import MetricLogger
@@ -32,6 +35,33 @@ class PlanColumns:
     gpu_memory_skipped: str = ""
     prompt_lengths: dict[str, list[dict]] = field(default_factory=dict)  # run id -> [{label, kept, prompts, ...}]
     prompt_lengths_skipped: str = ""
+
+
+@dataclass
+class FileResult:
+    """One sweep file's validation (`cancelctl validate`): a backend's layers mark it failed with lines."""
+
+    path: Path
+    ok: bool
+    n_runs: int = 0
+    title: str = ""
+    lines: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    """The checks a backend's layers make (the CLI's --skip-verl and --skip-data turn two off)."""
+
+    compose: bool = True  # layer 3: the backend's own config, composed offline
+    check_data: bool = True  # layer 4: the data files, and the prompts kept under the length cap
+    check_memory: bool = True  # layer 5: per-GPU memory
+    model: str | None = None  # stands in for the specs' model.path (its tokenizer and config.json)
+
+
+# (layer 3's status, why the prompts were not measured, why GPU memory was not estimated): '' each when
+# there is nothing to say; a backend's layers return one, said once under the files' lines
+ValidationStatus = tuple[str, str, str]
 
 
 @runtime_checkable
@@ -48,6 +78,16 @@ class Backend(Protocol):
 
     def check_spec(self, spec: ExperimentSpec) -> None:
         """ValueError naming the field, for a spec this backend cannot run (reported at its file:line)."""
+        ...
+
+    def validate_warnings(self, runs: list[RunSpec]) -> list[str]:
+        """`validate`'s warnings on one file's runs of this backend (not refusals)."""
+        ...
+
+    def validate_files(self, results: list[FileResult], sweeps: dict[Path, Sweep], runs: dict[Path, list[RunSpec]],
+                       options: ValidateOptions, progress: Callable[[str], None] | None) -> ValidationStatus:
+        """`validate`'s layers 3 to 5 (the backend's config, data, memory) on each file's runs of this
+        backend, marking `results`; what to say once under them."""
         ...
 
     def launch_refusals(self, run: RunSpec) -> list[str]:
@@ -96,6 +136,13 @@ class BaseBackend:
 
     def check_spec(self, spec: ExperimentSpec) -> None:
         return None
+
+    def validate_warnings(self, runs: list[RunSpec]) -> list[str]:
+        return []
+
+    def validate_files(self, results: list[FileResult], sweeps: dict[Path, Sweep], runs: dict[Path, list[RunSpec]],
+                       options: ValidateOptions, progress: Callable[[str], None] | None) -> ValidationStatus:
+        return "", "", ""
 
     def launch_refusals(self, run: RunSpec) -> list[str]:
         return []

@@ -62,7 +62,7 @@ def _print_validation(report) -> None:
                 err_console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
             if len(item.lines) > 20:
                 err_console.print(f"  ... and {len(item.lines) - 20} more", highlight=False)
-    for status in filter(None, [report.verl_status, report.data_status, report.memory_status]):
+    for status in filter(None, [report.backend_status, report.data_status, report.memory_status]):
         console.print(Text(status, style="dim"), highlight=False, soft_wrap=True)  # a status quotes `[extra]`s
 
 

@@ -8,9 +8,12 @@ from typing import TYPE_CHECKING
 from cancelctl.backends.protocol import BaseBackend, PlanColumns
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
+    from cancelctl.backends.protocol import FileResult, ValidateOptions, ValidationStatus
     from cancelctl.jobs.time_limit import StepCost
+    from cancelctl.spec.expand import Sweep
     from cancelctl.spec.experiment import ExperimentSpec
     from cancelctl.spec.run import RunSpec
     from cancelctl.tracking.logger import MetricLogger
@@ -25,6 +28,19 @@ class VerlBackend(BaseBackend):
             raise ValueError("backend verl needs data.train_files (parquet files of prompts)")
         if spec.model.path.startswith("lab://"):
             raise ValueError("backend verl needs model.path to be a HF model id or directory, not lab://")
+
+    def validate_warnings(self, runs: list[RunSpec]) -> list[str]:
+        from cancelctl.backends.verl.validation import builtin_loss_warnings
+
+        return builtin_loss_warnings(runs)
+
+    def validate_files(self, results: list[FileResult], sweeps: dict[Path, Sweep], runs: dict[Path, list[RunSpec]],
+                       options: ValidateOptions, progress: Callable[[str], None] | None) -> ValidationStatus:
+        """Composed against verl's installed Hydra config, the data files verl reads, the prompts kept
+        under max_prompt_length, per-GPU memory (`verl.validation`)."""
+        from cancelctl.backends.verl.validation import validate_files
+
+        return validate_files(results, sweeps, runs, options, progress)
 
     def launch_refusals(self, run: RunSpec) -> list[str]:
         from cancelctl.backends.verl.planning import launch_refusals
