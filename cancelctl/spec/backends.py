@@ -5,8 +5,9 @@ learning-rate default, its response cap, its own checks: `cancelctl.backends.pro
 backend's class module imports nothing heavy at module level (torch, verl: inside its methods).
 
 `cancelctl.backends.registry` is the public face (`register`, `get_backend`); extensions register
-there, or through the `cancelctl.backends` entry point group, which is read the first time a name
-is not found here (so a job process knows the backends its environment installs).
+there, or through the `cancelctl.backends` entry point group, read whenever a name is not among the
+registered ones (so a job process knows the backends its environment installs, and a name is never
+looked up in the installed packages on the common path).
 """
 
 from __future__ import annotations
@@ -26,24 +27,17 @@ DEFAULT_BACKEND = "lab"
 
 _TARGETS: dict[str, Union[str, type]] = dict(BUILT_IN_BACKENDS)
 _INSTANCES: dict[str, Any] = {}
-_entry_points_read = False
 
 
-def _read_entry_points() -> None:
-    """Add the installed `cancelctl.backends` entry points (name = backend, value = 'module:Class')
-    that no registration has named already; read once per process."""
-    global _entry_points_read
-    if _entry_points_read:
-        return
-    _entry_points_read = True
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        _TARGETS.setdefault(point.name, point.value)
+def _installed() -> dict[str, str]:
+    """The installed `cancelctl.backends` entry points: backend name -> 'module:Class'."""
+    return {point.name: point.value for point in entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def backend_names() -> list[str]:
-    """Every name a spec may use, built-in ones first, then extensions in registration order."""
-    _read_entry_points()
-    return list(_TARGETS)
+    """Every name a spec may use: built-in ones first, then registered ones in registration order,
+    then installed entry points no registration has named."""
+    return [*_TARGETS, *(name for name in _installed() if name not in _TARGETS)]
 
 
 def add_backend(name: str, target: Union[str, type]) -> None:
@@ -68,8 +62,8 @@ def expected_backends() -> str:
 
 
 def is_backend(name: str) -> bool:
-    """A built-in or registered name, or an installed entry point's (read only for a name not found)."""
-    return name in _TARGETS or name in backend_names()
+    """A built-in or registered name, or an installed entry point's (looked up only for a name not found)."""
+    return name in _TARGETS or name in _installed()
 
 
 def check_backend_name(name: str, what: str = "backend") -> str:
@@ -83,7 +77,8 @@ def resolve_backend(name: str) -> Any:
     """The backend registered as `name`, one instance per process (backends hold no state).
     Typed `Backend` by `cancelctl.backends.registry.get_backend`, which callers outside the spec use."""
     if name not in _INSTANCES:
-        target = _TARGETS[check_backend_name(name)]
+        check_backend_name(name)
+        target = _TARGETS[name] if name in _TARGETS else _installed()[name]
         if isinstance(target, str):
             module, _, attr = target.partition(":")
             target = getattr(importlib.import_module(module), attr)
