@@ -1,8 +1,9 @@
 """What a backend is: the one class the rest of cancelctl asks about a run's training (docs/extending.md).
 
-The spec asks it for its defaults and checks while a file validates; `plan` for its extra columns;
-launch for its refusals; the time-limit plan for its step cost; `render` for what its job runs; the
-job for `train`, which logs through a `MetricLogger`. Nothing outside `cancelctl/backends/` branches
+The spec asks it for its defaults and checks while a file validates; `validate` for its own layers
+(config, data, memory); `plan` for its extra columns; launch for its refusals; the time-limit plan
+for its step cost; `render` for what its job runs; the job for `train`, which logs through a
+`MetricLogger`. Nothing outside `cancelctl/backends/` branches
 on a backend's name: it asks the backend registered under that name (`cancelctl.backends.registry`).
 
 A class module is imported when a spec names its backend, so it imports nothing heavy at module
