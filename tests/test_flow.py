@@ -35,12 +35,13 @@ FORBIDDEN = [
     ("cancelctl.report", "cancelctl.executors", "the report never imports an executor"),
     ("cancelctl.backends", "cancelctl.cli", "backends never import the CLI"),
     ("losses", "cancelctl", "losses never import cancelctl"),
-    ("cancelctl.launch", "cancelctl.backends", "launch reaches a backend only through planning's hooks"),
+    ("cancelctl.launch", "cancelctl.backends", "launch asks a backend through the spec's catalog of backends"),
     ("cancelctl.executors", "cancelctl.backends", "executors run jobs, they never import a backend"),
     ("cancelctl.jobs", "cancelctl.cli", "the job side never imports the CLI"),
     ("cancelctl.jobs", "cancelctl.report", "the job side never imports the report"),
     ("cancelctl.jobs", "cancelctl.launch", "the job side never imports the launcher"),
     ("cancelctl.jobs", "cancelctl.smoke", "the job side never imports the smoke (a smoke runs ordinary jobs)"),
+    ("cancelctl.jobs", "cancelctl.backends", "the job side finds its backend through the spec's catalog of backends"),
     ("cancelctl.backends", "cancelctl.smoke", "backends never import the smoke, which drives them"),
     ("cancelctl.smoke", "cancelctl.cli", "the smoke is a library call; the CLI prints it"),
     *[("cancelctl.models", wing, "model preparation is a library: a wheel in, a folder out")
@@ -53,8 +54,12 @@ FORBIDDEN = [
     ("cancelctl.backends.verl.command", "cancelctl.backends.verl.forward", "the job command never imports the forwarder"),
     ("cancelctl.jobs.children", "cancelctl", "stopping a child is a leaf: the verl job and the Ray cluster share it"),
     *[("cancelctl.spec", wing, "the spec wing imports nothing that runs jobs") for wing in RUNS_JOBS],
-    # the CLI knows no backend: what a backend adds to plan and render comes through backends' own modules
-    *[("cancelctl.cli", f"cancelctl.backends.{name}", "the CLI imports no backend by name") for name in ("lab", "verl")],
+    # the CLI and the plan know no backend: what a backend adds to plan and render it says through the
+    # `Backend` protocol, found by name in the registry
+    *[(importer, f"cancelctl.backends.{name}", "the CLI, the plan and the registry import no backend by name")
+      for importer in ("cancelctl.cli", "cancelctl.backends.plan_rows", "cancelctl.backends.registry",
+                       "cancelctl.backends.protocol", "cancelctl.spec.backends")
+      for name in ("lab", "verl")],
     *[("cancelctl.stats", wing, "the statistics do no I/O of their own") for wing in DOES_IO],
 ]
 
@@ -208,17 +213,29 @@ def test_the_statistics_do_no_io_of_their_own():
 BACKEND_NAMES = ("lab", "verl")
 
 
-def test_the_cli_never_branches_on_a_backend_name():
-    """`run.spec.backend == "verl"` and the like belong to cancelctl/backends/: the CLI only formats
-    what they return (plan's rows, render's command and notes)."""
-    offenders = []
-    for path in sorted((ROOT / "cancelctl" / "cli").rglob("*.py")):
+def _names_a_backend(side: ast.AST) -> bool:
+    """A backend's name as a constant ("verl", ("lab",)), or a `.backend` attribute (`run.spec.backend`)."""
+    return any((isinstance(node, ast.Constant) and node.value in BACKEND_NAMES)
+               or (isinstance(node, ast.Attribute) and node.attr == "backend") for node in ast.walk(side))
+
+
+def backend_name_branches(root: Path) -> list[str]:
+    """Comparisons (==, !=, in, not in) on a backend's name outside cancelctl/backends/: there a
+    module asks the backend (`cancelctl.backends.protocol`) instead of branching on what it is called."""
+    found = []
+    for path in sorted((root / "cancelctl").rglob("*.py")):
+        if (root / "cancelctl" / "backends") in path.parents:
+            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Compare) and any(
-                    isinstance(const, ast.Constant) and const.value in BACKEND_NAMES
-                    for side in (node.left, *node.comparators) for const in ast.walk(side)):
-                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert offenders == []
+            if isinstance(node, ast.Compare) and any(_names_a_backend(side) for side in (node.left, *node.comparators)):
+                found.append(f"{path.relative_to(root).as_posix()}:{node.lineno}")
+    return found
+
+
+def test_no_module_outside_the_backends_branches_on_a_backend_name():
+    """`run.spec.backend == "verl"` and the like belong to cancelctl/backends/: the spec, the CLI, launch,
+    the jobs, the executors and the smoke ask the backend registered under the name."""
+    assert backend_name_branches(ROOT) == []
 
 
 def test_the_graph_sees_the_imports_it_guards():
@@ -240,7 +257,13 @@ def test_the_graph_sees_the_imports_it_guards():
         "cancelctl.stats.verdicts"]
     assert "cancelctl.stats.claim_values" in graph["cancelctl.stats.verdict_rules"]
     assert "cancelctl.stats.verdicts" not in full["cancelctl.stats.verdict_rules"] | full["cancelctl.stats.outcomes"]
-    assert {"cancelctl.installed"} <= graph["cancelctl.launch.preflight"] & graph["cancelctl.backends.verl.render"]
+    assert {"cancelctl.installed"} <= graph["cancelctl.backends.verl.render"]
+    # one catalog of backends: the spec, launch, the jobs, the local executor and the registry ask it
+    assert {"cancelctl.spec.backends"} <= (graph["cancelctl.spec.experiment"] & graph["cancelctl.launch.preflight"]
+                                           & graph["cancelctl.jobs.runjob"] & graph["cancelctl.jobs.time_limit"]
+                                           & graph["cancelctl.executors.local"] & graph["cancelctl.backends.registry"])
+    assert {"cancelctl.backends.registry", "cancelctl.backends.protocol"} <= graph["cancelctl.backends.plan_rows"]
+    assert "cancelctl.backends.protocol" in graph["cancelctl.backends.lab.backend"] & graph["cancelctl.backends.verl.backend"]
     assert "cancelctl.spec.metric_keys" in graph["cancelctl.spec.claim_metric"] and "cancelctl.spec.metric_keys" in graph[
         "cancelctl.spec.monitor"]
     assert io_in_stats(ROOT) == [] and (ROOT / "cancelctl" / "stats" / "intervals.py").exists()
@@ -300,6 +323,18 @@ def test_planted_wing_crossings_fail_the_check(tmp_path):
     assert flow_violations(import_graph(root)) != violations  # the type-only import is seen by the full graph only
     (found,) = io_in_stats(root)
     assert found.startswith("cancelctl/stats/curves.py:") and found.endswith(": open(...)")
+
+
+def test_a_planted_branch_on_a_backend_name_is_found(tmp_path):
+    """A name compared in the spec, a `.backend` tested for membership in launch: both found; the
+    same comparison inside cancelctl/backends/ is the backend's own business."""
+    root = _copy_tree(tmp_path)
+    _append(root / "cancelctl" / "spec" / "run.py", "\n\ndef _planted(spec):\n    return spec.backend == 'verl'\n")
+    _append(root / "cancelctl" / "launch" / "preflight.py", "\n\ndef _planted(run, names):\n    return run.spec.backend in names\n")
+    _append(root / "cancelctl" / "backends" / "plan_rows.py", "\n\ndef _planted(run):\n    return run.spec.backend == 'lab'\n")
+    found = backend_name_branches(root)
+    assert len(found) == 2
+    assert found[0].startswith("cancelctl/launch/preflight.py:") and found[1].startswith("cancelctl/spec/run.py:")
 
 
 def test_a_type_only_cycle_is_found_by_the_full_graph_only(tmp_path):

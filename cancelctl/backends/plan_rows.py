@@ -1,8 +1,9 @@
 """`cancelctl plan`'s rows, one builder for its table and its `--json`: each run with its planned
 compute, the allocations of `cluster.time_min` a SLURM run is expected to need, and what its backend
-adds — a GPU verl run's memory estimate per GPU (where the model's config.json is on this machine) and
-the prompts verl keeps under max_prompt_length (where the data and the tokenizer are). The lab adds
-nothing: it runs on this machine's CPU. The CLI only formats these rows.
+adds (`Backend.plan_columns`) — a GPU verl run's memory estimate per GPU (where the model's
+config.json is on this machine) and the prompts verl keeps under max_prompt_length (where the data
+and the tokenizer are). The lab adds nothing: it runs on this machine's CPU. The CLI only formats
+these rows; neither knows a backend by name.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from cancelctl.backends.protocol import PlanColumns
+from cancelctl.backends.registry import get_backend
 from cancelctl.spec.batching import minibatch_order
 
 if TYPE_CHECKING:
@@ -25,8 +28,8 @@ Level = Literal["", "warn", "refused"]
 class PlanRow:
     run: RunSpec
     time_limit: TimeLimitPlan | None = None
-    gpu_memory: Any = None  # backends.verl.memory_check.MemoryCheck
-    prompt_lengths: list[dict] | None = None  # backends.verl.prompt_lengths' checks, as JSON
+    gpu_memory: Any = None  # a backend's memory check: note(), problem, to_json()
+    prompt_lengths: list[dict] | None = None  # a backend's prompt-length checks, as JSON
 
     def to_json(self) -> dict[str, Any]:
         r = self.run
@@ -57,13 +60,12 @@ class PlanRow:
         return self.gpu_memory.note(), "refused" if self.gpu_memory.problem else ""
 
     def prompts_cell(self) -> tuple[str, Level]:
-        """"train 16,837/17,398 · val 38/38": prompts verl keeps under max_prompt_length, of those in the files."""
-        from cancelctl.backends.verl.prompt_lengths import TRAIN
-
+        """"train 16,837/17,398 · val 38/38": prompts kept under max_prompt_length, of those in the files
+        (each check's field, data.train_files or data.val_files, named by its middle word)."""
         checks = self.prompt_lengths
         if not checks:
             return "-", ""
-        text = " · ".join(f"{'train' if c['field'] == TRAIN else 'val'} {c['kept']:,}/{c['prompts']:,}" for c in checks)
+        text = " · ".join(f"{_files_label(c['field'])} {c['kept']:,}/{c['prompts']:,}" for c in checks)
         return text, "refused" if any(c["refused"] for c in checks) else ("warn" if any(c["dropped"] for c in checks) else "")
 
 
@@ -77,38 +79,35 @@ class PlanRows:
     gpu_memory_skipped: str = ""
 
 
+def _files_label(field: str) -> str:
+    """"data.train_files" -> "train"."""
+    return field.rsplit(".", 1)[-1].removesuffix("_files")
+
+
 def plan_rows(sweep: Sweep) -> PlanRows:
     """Every run of the sweep as a plan row, with its backend's columns."""
     from cancelctl.executors.registry import get_executor
     from cancelctl.jobs.time_limit import time_limit_plan
 
     limits = {r.run_id: time_limit_plan(r) for r in sweep.runs if get_executor(r.spec.executor).has_time_limit}
-    memory, memory_skipped = _gpu_memory(sweep.runs)
-    lengths, lengths_skipped = _prompt_lengths(sweep.runs)
+    columns = backend_columns(sweep.runs)
+    memory, lengths = columns.gpu_memory, columns.prompt_lengths
     rows = [PlanRow(r, limits.get(r.run_id), memory.get(r.run_id), lengths.get(r.run_id)) for r in sweep.runs]
     return PlanRows(rows, has_time_limits=bool(limits), has_gpu_memory=bool(memory), has_prompt_lengths=bool(lengths),
-                    prompt_lengths_skipped=lengths_skipped, gpu_memory_skipped=memory_skipped)
+                    prompt_lengths_skipped=columns.prompt_lengths_skipped, gpu_memory_skipped=columns.gpu_memory_skipped)
 
 
-def _verl_runs(runs: list[RunSpec]) -> list[RunSpec]:
-    return [r for r in runs if r.spec.backend == "verl"]
+def backend_columns(runs: list[RunSpec]) -> PlanColumns:
+    """Each backend's columns for its runs, merged; a reason a column was skipped is said once."""
+    by_backend: dict[str, list[RunSpec]] = {}
+    for run in runs:
+        by_backend.setdefault(run.spec.backend, []).append(run)
+    merged = PlanColumns()
+    for name, of in by_backend.items():
+        columns = get_backend(name).plan_columns(of)
+        merged.gpu_memory.update(columns.gpu_memory)
+        merged.prompt_lengths.update(columns.prompt_lengths)
+        merged.gpu_memory_skipped = merged.gpu_memory_skipped or columns.gpu_memory_skipped
+        merged.prompt_lengths_skipped = merged.prompt_lengths_skipped or columns.prompt_lengths_skipped
+    return merged
 
-
-def _prompt_lengths(runs: list[RunSpec]) -> tuple[dict[str, list[dict]], str]:
-    """Each verl run's prompt counts under max_prompt_length (backends.verl.prompt_lengths), and why
-    they were not measured, where the data or the tokenizer is not on this machine."""
-    if not _verl_runs(runs):
-        return {}, ""
-    from cancelctl.backends.verl.prompt_lengths import measure_runs
-
-    checks, skipped = measure_runs(runs)
-    return {run_id: [c.to_json() for c in found] for run_id, found in checks.items()}, skipped
-
-
-def _gpu_memory(runs: list[RunSpec]) -> tuple[dict, str]:
-    """Each GPU verl run's memory estimate (backends.verl.memory_check), and why it was not estimated."""
-    if not _verl_runs(runs):
-        return {}, ""  # the lab runs on this machine's CPU: no GPU memory
-    from cancelctl.backends.verl.memory_check import estimate_runs
-
-    return estimate_runs(runs)

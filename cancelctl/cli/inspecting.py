@@ -62,7 +62,7 @@ def _print_validation(report) -> None:
                 err_console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
             if len(item.lines) > 20:
                 err_console.print(f"  ... and {len(item.lines) - 20} more", highlight=False)
-    for status in filter(None, [report.verl_status, report.data_status, report.memory_status]):
+    for status in filter(None, [report.backend_status, report.data_status, report.memory_status]):
         console.print(Text(status, style="dim"), highlight=False, soft_wrap=True)  # a status quotes `[extra]`s
 
 
@@ -180,16 +180,17 @@ def render(
     if not match:
         fail_input(ArgumentError(f"--run {run!r}: no such run in {path} (see `cancelctl plan {path}`)"))
     target = match[0]
-    from cancelctl.backends.workload import render_notes, rendered_run, workload_lines
+    from cancelctl.backends.registry import get_backend
     from cancelctl.executors import get_executor
 
+    backend = get_backend(target.spec.backend)  # executors never import a backend: the lines are handed over
     job = get_executor(target.spec.executor).render_job(
-        target, workdir_path(workdir), lambda run_dir: workload_lines(target, run_dir))
+        target, workdir_path(workdir), lambda run_dir: backend.workload_lines(target, run_dir))
     if job is not None:  # e.g. SLURM: the sbatch script and in-task commands
         typer.echo(job, nl=False)
     else:
-        typer.echo(rendered_run(target))
-    for note in render_notes(target):  # on stderr: the command stays pasteable
+        typer.echo(backend.rendered_run(target))
+    for note in backend.render_notes(target):  # on stderr: the command stays pasteable
         say(err_console, "note:", "yellow", note)
 
 
@@ -250,6 +251,7 @@ def _print_smoke(result) -> None:
         table.add_row(row.configuration, f"[{style}]{row.status}[/]", f"{row.seconds:.0f}" if row.seconds else "-",
                       Text(row.remark))
     console.print(table)
-    if result.lab_runs:
-        console.print(f"[dim]{result.lab_runs} lab runs: nothing to smoke (the lab runs on this machine as it is)[/]")
+    if result.unsmoked_runs:
+        console.print(f"[dim]{result.unsmoked_runs} runs of a backend without a smoke: nothing to smoke "
+                      "(the lab runs on this machine as it is)[/]")
     console.print(f"[dim]{result.seconds:.0f} s in all; jobs and logs: {result.directory}[/]", highlight=False)

@@ -47,7 +47,6 @@ LOCAL_TIMEOUT_MIN = 7 * 24 * 60  # local runs have no wall-clock limit worth the
 LOCAL_ADOPT_GRACE_S = 30.0  # a job started just before its driver died writes job.json within this
 PARALLEL_ENV = "CANCELCTL_LOCAL_PARALLEL"
 PRELOAD_ENV = "CANCELCTL_LOCAL_PRELOAD"  # "0": every run starts in fresh interpreters (the benchmark's baseline)
-PRELOADED_BACKENDS = ("lab",)  # what the worker has imported
 FORK_ANSWER_S = 30.0  # a fork is answered in milliseconds; no answer by then: the worker is given up
 WORKER_EXIT_S = 5.0
 DRIVE_INTERVAL_S = 1.0  # the queue is looked at this often; sooner when one of this driver's runs ends
@@ -95,7 +94,7 @@ class LocalExecutor(DrivenExecutor):
         executor = _submitit_local_executor()(folder=paths.submitit_dir / "local")
         executor.update_parameters(timeout_min=LOCAL_TIMEOUT_MIN, signal_delay_s=30)
         worker = None
-        if preload_enabled() and any(run_backend(paths, manifest, r) in PRELOADED_BACKENDS for r in queued_runs(manifest)):
+        if preload_enabled() and any(forks_preloaded(paths, manifest, r) for r in queued_runs(manifest)):
             worker = PreloadedWorker(executor.folder)
         try:
             while worker is not None and not worker.ready and not worker.broken:  # ~ what one fresh run spends importing
@@ -131,7 +130,7 @@ class LocalExecutor(DrivenExecutor):
             for run_id, name, token in starting:
                 run_dir = paths.run_dir(run_id, name)
                 archive_error(run_dir)
-                executor.worker = worker if run_backend(paths, manifest, run_id) in PRELOADED_BACKENDS else None
+                executor.worker = worker if forks_preloaded(paths, manifest, run_id) else None
                 with _signals_deferred():  # a run started is a run recorded: cancel finds its process
                     with _sigint_ignored():  # inherited by the controller only; the run restores it
                         job = executor.submit(RunJob(run_dir, token, threads))
@@ -203,6 +202,15 @@ def run_backend(paths: SweepPaths, manifest: Manifest, run_id: str) -> str | Non
     """The run's `backend` (its run.json, written at launch)."""
     record = read_json(RunFolder(paths.run_dir(run_id, manifest.runs[run_id].name)).run_json) or {}
     return ((record.get("run") or {}).get("spec") or {}).get("backend")
+
+
+def forks_preloaded(paths: SweepPaths, manifest: Manifest, run_id: str) -> bool:
+    """The run's backend trains on what the preloaded worker has imported (`Backend.preloaded`,
+    asked through the spec's catalog: executors import no backend)."""
+    from cancelctl.spec.backends import is_backend, resolve_backend
+
+    name = run_backend(paths, manifest, run_id)
+    return name is not None and is_backend(name) and resolve_backend(name).preloaded
 
 
 def worker_command(folder: Path, fd: int) -> list[str]:

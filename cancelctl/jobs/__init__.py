@@ -4,7 +4,7 @@
                  (the module name is in every rendered sbatch script, hence `jobs`, not `job`)
     zygote       the local executor's preloaded worker: lab runs' processes forked after the imports
     runjob       `RunJob`, the callable submitit runs: one attempt of a run, from its folder,
-                 through its backend (`cancelctl.backends.<name>.train`), into tracking
+                 through its backend's `train` (`cancelctl.backends.protocol`), into tracking
     outcome      what an attempt leaves in its run folder (result, error, attempts) and reading it back
     preemption   USR2/SIGTERM deferred to the backend's step boundary, where it checkpoints
     monitor      the spec's alert rules, evaluated after every step; a `stop` ends the run

@@ -2,7 +2,7 @@
 
 `RunJob(run_dir, token)` is the picklable callable the executors hand to submitit (SLURM array task,
 local process) or call in-process (debug). It reads `run.json` (written at launch), opens a
-`RunLogger`, calls `cancelctl.backends.<backend>.train(run, run_dir, logger, cache_dir)` and closes
+`RunLogger`, calls its backend's `train(run, run_dir, logger, cache_dir)` (`cancelctl.backends.protocol`) and closes
 the logger with the outcome (the files it leaves: `cancelctl.jobs.outcome`). It is a submitit
 `Checkpointable`: on preemption or timeout (USR2) submitit requeues the same call and the backend
 resumes from `run_dir/checkpoint.pt`; a plain `scontrol requeue` restarts the job the same way.
@@ -18,7 +18,6 @@ FAILED, and the exception propagates so the scheduler marks the job failed.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import logging
 import os
@@ -256,12 +255,12 @@ def _refuse_stale(run_dir: Path, run_id: str, token: str) -> None:
 
 
 def backend_train(name: str):
-    """`cancelctl.backends.<name>.train`, imported only when a job runs (importing verl takes seconds)."""
-    module = importlib.import_module(f"cancelctl.backends.{name}")
-    train = getattr(module, "train", None)
-    if train is None:
-        raise NotImplementedError(f"backend {name!r} has no job entry (cancelctl.backends.{name}.train)")
-    return train
+    """The `train` of the backend registered as `name` (`cancelctl.backends.protocol.Backend`, found
+    through the spec's catalog: the job side never imports a backend by name); its module imports
+    torch or verl only when called."""
+    from cancelctl.spec.backends import resolve_backend
+
+    return resolve_backend(name).train
 
 
 def _limit_threads(threads: int) -> None:

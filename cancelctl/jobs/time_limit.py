@@ -4,7 +4,7 @@ signal, the allocations the run is expected to need, and how many time-outs subm
 A job learns its allocation is ending from USR2, `lead_s` before the limit (sbatch `--signal=USR2@lead`);
 it then finishes the step in flight, writes a checkpoint and requeues (`cancelctl.jobs.preemption`).
 So the lead must cover one step plus one checkpoint write: both come from the run's backend
-(`cancelctl.backends.step_costs`, from the model's size), with a margin
+(`cancelctl.backends.protocol.Backend.step_cost`, from the model's size), with a margin
 and a floor. Once a job has measured its own step and checkpoint it also leaves on its own, at a step
 boundary, when the allocation's time left no longer holds them (`cancelctl.jobs.deadline`).
 
@@ -15,7 +15,6 @@ plus a margin, so a run that needs many allocations is never stopped by the coun
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -125,10 +124,12 @@ def planned_steps_or_guess(run: RunSpec) -> int:
 
 
 def step_cost(run: RunSpec) -> StepCost | None:
-    """The backend's estimate (`cancelctl.backends.step_costs`, imported by name as the job imports its
-    backend's `train`: executors and the job side never import a backend), None without one (the job then
-    gets submitit's lead and count)."""
-    return importlib.import_module("cancelctl.backends.step_costs").step_cost(run)
+    """The backend's estimate (found through the spec's catalog, as the job finds its backend's `train`:
+    executors and the job side never import a backend), None without one (the job then gets submitit's
+    lead and count)."""
+    from cancelctl.spec.backends import resolve_backend
+
+    return resolve_backend(run.spec.backend).step_cost(run)
 
 
 def time_limit_plan(run: RunSpec) -> TimeLimitPlan:

@@ -42,7 +42,7 @@ PRELOAD = (
     "mlflow", "mlflow.store.tracking.sqlalchemy_store", "mlflow.store.tracking.sqlalchemy_workspace_store",
     "sqlalchemy.dialects.sqlite", "alembic.command", "alembic.config", "email.policy",
     "submitit.core.submission", "submitit.local.local",
-    "cancelctl.backends.lab", "cancelctl.jobs.entry", "cancelctl.jobs.runjob", "cancelctl.jobs.raycluster",
+    "cancelctl.backends.lab.train", "cancelctl.jobs.entry", "cancelctl.jobs.runjob", "cancelctl.jobs.raycluster",
     "cancelctl.jobs.hardware", "cancelctl.jobs.preemption", "cancelctl.jobs.monitor", "cancelctl.spec.run",
     "cancelctl.tracking", "cancelctl.tracking.runfiles", "cancelctl.tracking.tags",
 )

@@ -1,9 +1,8 @@
 """Planning's checks against the world outside the sweep file, made before a launch writes anything:
 
-- per-backend refusals: a backend's `launch_refusals(run) -> [reason]` hook, the function of that
-  name in `cancelctl.backends.<name>.planning` (imported when a sweep uses that backend) or one
-  given to `register_launch_refusals`; runs a backend cannot run yet are refused with the arm's
-  file:line (the backend imports nothing of launch);
+- per-backend refusals: each run's backend says why it cannot run it yet
+  (`cancelctl.backends.protocol.Backend.launch_refusals`, found through the spec's catalog: launch
+  imports no backend); those runs are refused with the arm's file:line;
 - runs already FINISHED in their tracking store under the same run id (a shared MLflow server):
   the launcher adopts them instead of running them twice.
 
@@ -13,45 +12,24 @@ checks, compute matching and identical arms, are made when the file is expanded:
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Container, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cancelctl.errors import SpecError, SpecIssue
-from cancelctl.installed import installed
+from cancelctl.spec.backends import resolve_backend
 from cancelctl.spec.yamlpos import Location
 
 if TYPE_CHECKING:
     from cancelctl.spec.expand import Sweep
     from cancelctl.spec.run import RunSpec
 
-LaunchRefusals = Callable[["RunSpec"], list[str]]
-
-_REFUSALS: dict[str, LaunchRefusals] = {}
-
-
-def register_launch_refusals(backend: str, hook: LaunchRefusals) -> None:
-    """`hook(run)` returns why `backend` cannot run `run` yet (empty: it can)."""
-    _REFUSALS[backend] = hook
-
-
-def _refusal_hook(backend: str) -> LaunchRefusals | None:
-    if backend not in _REFUSALS:
-        module = f"cancelctl.backends.{backend}.planning"
-        hook = getattr(importlib.import_module(module), "launch_refusals", None) if installed(module) else None
-        if hook is not None:
-            register_launch_refusals(backend, hook)
-    return _REFUSALS.get(backend)
-
-
 def refuse_unlaunchable(sweep: Sweep) -> None:
     """SpecError (nothing submitted) naming arm, file:line and runs for every run whose backend
     refuses it: those would fail only once their job holds GPUs."""
     by_arm: dict[tuple[str, str, str], list[str]] = {}
     for run in sweep.runs:
-        hook = _refusal_hook(run.spec.backend)
-        for reason in hook(run) if hook is not None else []:
+        for reason in resolve_backend(run.spec.backend).launch_refusals(run):
             by_arm.setdefault((run.spec.backend, run.arm, reason), []).append(run.name)
     if not by_arm:
         return

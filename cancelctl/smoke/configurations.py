@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cancelctl.spec.backends import resolve_backend
 from cancelctl.spec.expand import Sweep, deep_merge
 from cancelctl.spec.run import RunSpec, make_run
 
@@ -38,15 +39,20 @@ class SmokeSizes:
 
 
 def distinct_configurations(sweep: Sweep) -> list[RunSpec]:
-    """One run per arm × grid point (its first seed), verl runs only, in plan order."""
+    """One run per arm × grid point (its first seed), smoked runs only (`smoked`), in plan order."""
     seen: set[tuple] = set()
     chosen = []
     for run in sweep.runs:
         key = (run.arm, tuple(sorted((k, repr(v)) for k, v in run.axes.items())))
-        if run.spec.backend == "verl" and key not in seen:
+        if key not in seen and smoked(run):
             seen.add(key)
             chosen.append(run)
     return chosen
+
+
+def smoked(run: RunSpec) -> bool:
+    """Its backend has it smoked (`Backend.smoke_checked`): verl's runs; the lab's run on this machine's CPU as they are."""
+    return resolve_backend(run.spec.backend).smoke_checked(run)
 
 
 def configuration_label(run: RunSpec) -> str:

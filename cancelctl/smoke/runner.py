@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cancelctl.smoke import conformance
-from cancelctl.smoke.configurations import absolute_reward, configuration_label, distinct_configurations, smoke_run
+from cancelctl.smoke.configurations import absolute_reward, configuration_label, distinct_configurations, smoke_run, smoked
 from cancelctl.smoke.first_rows import TRAIN_ROWS, VAL_ROWS, first_rows
 from cancelctl.smoke.reward_check import reward_problem
 from cancelctl.smoke.tiny_model import ModelSourceError, chat_template_problem, model_source, tiny_model
@@ -69,7 +69,7 @@ class SmokeResult:
     sweep: str
     directory: Path
     rows: list[SmokeRow] = field(default_factory=list)
-    lab_runs: int = 0  # runs of the lab backend: nothing to smoke
+    unsmoked_runs: int = 0  # runs of a backend without a smoke (the lab's): nothing to smoke
     seconds: float = 0.0
 
     @property
@@ -100,7 +100,7 @@ def run_smoke(sweep: Sweep, *, workdir: Path, executor: str = "local", partition
     directory = Path(workdir).resolve() / SMOKE_DIR / sweep.name
     shutil.rmtree(directory, ignore_errors=True)  # every smoke starts clean: its verdict is about now
     directory.mkdir(parents=True)
-    result = SmokeResult(sweep.name, directory, lab_runs=sum(r.spec.backend != "verl" for r in sweep.runs))
+    result = SmokeResult(sweep.name, directory, unsmoked_runs=sum(not smoked(r) for r in sweep.runs))
     cases = [_Case(run, SmokeRow(configuration_label(run), smoked_as=smoked_as(run))) for run in distinct_configurations(sweep)]
     result.rows = [case.row for case in cases]
     if not cases:

@@ -4,49 +4,29 @@ An `ExperimentSpec` is one fully-resolved training run (minus nothing: the seed 
 per section of the spec file (model, data, algorithm, rollout, batching, budget, eval, tracking),
 with the `cluster:` block in `cluster`, the `lab:` block in `lab`, the `monitor:` block in `monitor`.
 The file a user writes is a `SweepSpec` (`sweep`); its expansion into runs is `expand`. Defaults
-follow the papers (docs/losses.md). Executor and loss names are checked against their
-catalogs (`cancelctl.spec.executors`, `losses.catalog`), never against the code that runs them.
+follow the papers (docs/losses.md). Executor, backend and loss names are checked against their
+catalogs (`cancelctl.spec.executors`, `cancelctl.spec.backends`, `losses.catalog`), never against the
+code that runs them; what depends on the backend (its learning rate, its response cap, its own
+checks) the spec asks the backend registered under the name (`cancelctl.backends.protocol`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, Field, WithJsonSchema, field_validator, model_serializer, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 from pydantic_core import PydanticCustomError
 
+from cancelctl.spec.backends import DEFAULT_BACKEND, resolve_backend
 from cancelctl.spec.cluster import ClusterSpec
-from cancelctl.spec.executors import executor_names, expected_executors
 from cancelctl.spec.lab import LabSpec
 from cancelctl.spec.monitor import MonitorSpec
-from cancelctl.spec.strict import Strict, one_of, without_defaults, without_unset_levers
+from cancelctl.spec.registered import BackendName, ExecutorName, LossName
+from cancelctl.spec.strict import Strict, without_defaults, without_unset_levers
 from losses import catalog
 
 
-def _registered_loss(name: str) -> str:
-    # checked against the live catalog (not a Literal frozen at import), so a loss registered by an
-    # extension validates; the message is pydantic's literal message
-    if name not in catalog.LOSSES:
-        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": one_of(catalog.loss_names())})
-    return name
-
-
-LossName = Annotated[
-    str, AfterValidator(_registered_loss), WithJsonSchema({"enum": list(catalog.loss_names()), "type": "string"})
-]
-
-
-def _registered_executor(name: str) -> str:
-    # the catalog the executor registry keeps in step: one registered by an extension validates
-    if name not in executor_names():
-        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected_executors()})
-    return name
-
-
-ExecutorName = Annotated[
-    str, AfterValidator(_registered_executor), WithJsonSchema({"enum": executor_names(), "type": "string"})
-]
 AggMode = Literal[catalog.AGG_MODES]
 TransformName = Literal[catalog.TRANSFORMS]
 BatchingName = Literal[catalog.BATCHING_STRATEGIES]
@@ -133,7 +113,6 @@ class NoiseSpec(Strict):
     sigma: float = Field(0.2, ge=0, description="w ~ N(1, sigma^2) per token [H eq. 21]")
 
 
-DEFAULT_LR = {"verl": 1e-6, "lab": 5e-4}
 # verl 0.9.1's actor defaults (verl/trainer/config/actor/actor.yaml: loss_agg_mode, clip_ratio): what an arm
 # running one of verl's built-in losses (`verl_loss_mode`) gets where it sets neither, as plain verl would
 VERL_DEFAULT_AGG_MODE = "token-mean"
@@ -347,7 +326,7 @@ class TrackingSpec(Strict):
 
 
 class ExperimentSpec(Strict):
-    backend: Literal["lab", "verl"] = Field("lab", description="what trains a run: lab (the built-in CPU lab) or verl")
+    backend: BackendName = Field(DEFAULT_BACKEND, description="what trains a run: lab (the built-in CPU lab), verl, or a registered backend")
     executor: ExecutorName = Field("local", description="where runs execute: local (one per core), slurm, or debug (in-process)")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="the run's seed (a sweep's `seeds` set it per run)")
     model: ModelSpec = Field(ModelSpec(), description="the policy model and how it is parallelised")
@@ -364,9 +343,10 @@ class ExperimentSpec(Strict):
 
     @property
     def max_new_tokens(self) -> int:
-        """Cap on generated tokens per response; the lab also caps it at lab.max_response_tokens."""
+        """Cap on generated tokens per response, as the backend generates it (the lab also caps it at
+        lab.max_response_tokens)."""
         cap = self.rollout.max_new_tokens or self.data.max_response_length
-        return min(cap, self.lab.max_response_tokens) if self.backend == "lab" else cap
+        return resolve_backend(self.backend).max_new_tokens(self, cap)
 
     @property
     def mini_batch_prompts(self) -> int:
@@ -374,30 +354,20 @@ class ExperimentSpec(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> ExperimentSpec:
-        if self.algorithm.lr is None:  # an LLM's learning rate would leave the tiny lab policy frozen
-            self.algorithm.lr = DEFAULT_LR[self.backend]
+        backend = resolve_backend(self.backend)
+        if self.algorithm.lr is None:  # each backend's own: an LLM's would leave the tiny lab policy frozen
+            self.algorithm.lr = backend.default_lr
         if self.budget.prompts_per_step % self.mini_batch_prompts:
             raise ValueError(
                 f"algorithm.mini_batch_size ({self.mini_batch_prompts}) must divide "
                 f"budget.prompts_per_step ({self.budget.prompts_per_step})"
             )
-        if self.backend == "verl":
-            if not self.data.train_files:
-                raise ValueError("backend verl needs data.train_files (parquet files of prompts)")
-            if self.model.path.startswith("lab://"):
-                raise ValueError("backend verl needs model.path to be a HF model id or directory, not lab://")
+        backend.check_spec(self)
         if self.batching.strategy == "sign_split" and catalog.needs_groups(self.algorithm.loss):
             raise ValueError(
                 f"batching.strategy sign_split puts a group's Â > 0 and Â < 0 rows in different mini-batches; "
                 f"{self.algorithm.loss} transforms the weights within each whole group (docs/losses.md#dfpo, step 5): use another strategy"
             )
-        if self.backend == "lab" and self.algorithm.verl_loss_mode is not None:
-            raise ValueError(
-                f"algorithm.verl_loss_mode ({self.algorithm.verl_loss_mode}) names a loss of verl's registry; "
-                "backend lab runs cancelctl's losses: use algorithm.loss"
-            )
-        if self.backend == "lab" and not self.model.path.startswith("lab://"):
-            raise ValueError("backend lab runs the built-in policy: model.path must be lab://tiny")
         return self
 
 

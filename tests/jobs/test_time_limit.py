@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sweep_files
 
-from cancelctl.backends.step_costs import STEP_PAUSE_ENV, lab_step_cost
+from cancelctl.backends.lab.step_cost import STEP_PAUSE_ENV, lab_step_cost
 from cancelctl.jobs.time_limit import (
     LEAD_MARGIN,
     SUBMITIT_LEAD_S,

@@ -1,13 +1,15 @@
-"""Planning's preflight: a backend's launch refusals (its planning module's hook, found by planning)
-stop a launch before anything is written, naming the arm's file:line."""
+"""Planning's preflight: a backend's launch refusals (`Backend.launch_refusals`, the backend found by
+its registered name) stop a launch before anything is written, naming the arm's file:line."""
 
 from __future__ import annotations
 
 import pytest
 from prepared_data import write_verl_file
 
+from cancelctl.backends import registry
+from cancelctl.backends.lab.backend import LabBackend
 from cancelctl.errors import SpecError
-from cancelctl.launch import launch_sweep, preflight
+from cancelctl.launch import launch_sweep
 from cancelctl.spec.expand import load_sweep
 
 SWEEP = """\
@@ -52,10 +54,15 @@ def test_verl_refuses_what_it_cannot_run_yet_before_anything_is_written(write_ya
     assert not (tmp_path / "w").exists()
 
 
-def test_a_backend_hook_registered_by_name_is_used(write_yaml, tmp_path):
+class CursedLab(LabBackend):
+    def launch_refusals(self, run):
+        return ["seed 1 is cursed"] if run.seed == 1 else []
+
+
+def test_the_refusals_of_a_registered_backend_are_used(write_yaml, tmp_path):
     sweep = load_sweep(write_yaml(SWEEP.format(backend="lab", extra="")), allow_unmatched=True)
     assert launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True).submitted  # the lab refuses nothing
-    preflight.register_launch_refusals("lab", lambda run: ["seed 1 is cursed"] if run.seed == 1 else [])
+    registry.register("lab", CursedLab)
     try:
         with pytest.raises(SpecError) as caught:
             launch_sweep(sweep, workdir=tmp_path / "w", dry_run=True)
@@ -63,4 +70,5 @@ def test_a_backend_hook_registered_by_name_is_used(write_yaml, tmp_path):
         text = caught.value.render()
         assert "1 run: gspo-s1" in text and "1 run: dfpo-s1" in text and "s0" not in text
     finally:
-        preflight._REFUSALS.pop("lab")
+        registry.unregister("lab")
+    assert type(registry.get_backend("lab")) is LabBackend  # the built-in is back

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cancelctl.backends.workload import workload_lines
+from cancelctl.backends.registry import get_backend
 from cancelctl.executors.slurm_render import render_run
 from cancelctl.spec.expand import load_sweep
 
@@ -51,7 +51,7 @@ def normalise(text: str) -> str:
 def test_render_of_a_4_node_run_matches_golden(tmp_path, runtime):
     sweep = containerised_sweep(tmp_path, runtime)
     run = sweep.runs[0]
-    text = normalise(render_run(run, WORKDIR, lambda run_dir: workload_lines(run, run_dir)))
+    text = normalise(render_run(run, WORKDIR, lambda run_dir: get_backend(run.spec.backend).workload_lines(run, run_dir)))
     golden = GOLDEN / f"delta-injection-{runtime}.txt"
     if os.environ.get("CANCELCTL_UPDATE_GOLDEN"):
         golden.write_text(text)
@@ -61,7 +61,7 @@ def test_render_of_a_4_node_run_matches_golden(tmp_path, runtime):
 @pytest.mark.parametrize("runtime", sorted(RUNTIMES))
 def test_rendered_allocation_is_four_nodes_with_one_head_and_three_workers(tmp_path, runtime):
     run = containerised_sweep(tmp_path, runtime).runs[0]
-    text = render_run(run, WORKDIR, lambda run_dir: workload_lines(run, run_dir))
+    text = render_run(run, WORKDIR, lambda run_dir: get_backend(run.spec.backend).workload_lines(run, run_dir))
     assert "#SBATCH --nodes=4" in text and "#SBATCH --ntasks-per-node=1" in text and "#SBATCH --gpus-per-node=8" in text
     starts = [line for line in text.splitlines() if line.startswith("ray start")]
     assert len(starts) == 4 and sum("--head" in line for line in starts) == 1
@@ -85,4 +85,4 @@ def test_cli_render_prints_the_same(tmp_path):
     out = subprocess.run([str(cli), "render", str(tmp_path / EXPERIMENT.name), "--run", run.run_id, "-w", str(WORKDIR)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout == render_run(run, WORKDIR, lambda run_dir: workload_lines(run, run_dir))
+    assert out.stdout == render_run(run, WORKDIR, lambda run_dir: get_backend(run.spec.backend).workload_lines(run, run_dir))

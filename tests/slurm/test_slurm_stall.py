@@ -26,7 +26,7 @@ from stall_runs import (
 )
 from polling import wait_until
 
-from cancelctl.backends.step_costs import STEP_PAUSE_ENV
+from cancelctl.backends.lab.step_cost import STEP_PAUSE_ENV
 from cancelctl.jobs.watchdog import py_spy
 from cancelctl.launch import cancel_sweep, launch_sweep, sweep_status, wait_for_sweep
 from cancelctl.spec.expand import load_sweep

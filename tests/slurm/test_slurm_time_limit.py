@@ -19,7 +19,7 @@ import sweep_files
 from slurm_gate import cluster_problem
 from sweep_files import TINY_LAB
 
-from cancelctl.backends.step_costs import STEP_PAUSE_ENV
+from cancelctl.backends.lab.step_cost import STEP_PAUSE_ENV
 from cancelctl.jobs.outcome import read_attempts
 from cancelctl.jobs.time_limit import time_limit_plan
 from cancelctl.launch import cancel_sweep, launch_sweep, sweep_status, wait_for_sweep

@@ -42,7 +42,7 @@ from cancelctl.backends.lab.objective import build_loss, loss_config, needs_grou
 from cancelctl.backends.lab.policy import PolicyConfig, TinyCausalLM, response_forward, token_entropy
 from cancelctl.backends.lab.rollout import InferenceEngine, RolloutBatch, generate
 from cancelctl.backends.lab.task import VOCAB, ArithmeticTask
-from cancelctl.backends.step_costs import step_pause
+from cancelctl.backends.lab.step_cost import step_pause
 from cancelctl.jobs import preemption
 from cancelctl.jobs.heartbeat import beat
 from cancelctl.jobs.monitor import RunMonitor, lr_spike

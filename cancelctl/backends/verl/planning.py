@@ -1,5 +1,5 @@
 """The verl backend's planning hook: runs whose data files verl could not read are refused before
-submission (`launch_refusals`, found and called by `cancelctl.launch.preflight`). Every loss and
+submission (`launch_refusals`, `VerlBackend.launch_refusals`, which launch asks before submitting). Every loss and
 batching strategy runs on verl; the combinations that cannot work are refused at render."""
 
 from __future__ import annotations

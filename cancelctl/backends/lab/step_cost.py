@@ -1,10 +1,10 @@
-"""Each backend's estimate of one step, one checkpoint write and a job's start-up, for the time limit's
+"""The lab's estimate of one step, one checkpoint write and a job's start-up, for the time limit's
 plan (`cancelctl.jobs.time_limit`): the signal's lead time, the allocations a run needs, `validate`'s
 warning. Estimates are conservative (slow): a lead too long costs a little of each allocation, one too
 short costs the step in flight. A job that has run replaces them with what it measured (`jobs.deadline`).
 
-The lab's is here (its package imports torch; `plan` and `validate` must not); verl's reads the model's
-shape (`verl.step_cost`).
+The lab's is here (its `train` imports torch; `plan` and `validate` must not), asked for through
+`LabBackend.step_cost`; verl's reads the model's shape (`verl.step_cost`).
 """
 
 from __future__ import annotations
@@ -32,17 +32,6 @@ LAB_LEAD_FLOOR_S = 10.0  # the signal's timing jitter on a busy node
 # launcher sees it too. An environment variable, as monitor.LR_SPIKE_ENV: fault injection, not part of
 # any experiment, never in a run's id.
 STEP_PAUSE_ENV = "CANCELCTL_TEST_STEP_PAUSE_S"
-
-
-def step_cost(run: RunSpec) -> StepCost | None:
-    """`run`'s estimate from its backend, None for a backend without one."""
-    if run.spec.backend == "lab":
-        return lab_step_cost(run)
-    if run.spec.backend == "verl":
-        from cancelctl.backends.verl.step_cost import step_cost as verl_step_cost
-
-        return verl_step_cost(run)
-    return None
 
 
 def lab_params(run: RunSpec) -> int:
