@@ -7,6 +7,9 @@ table in report order.
 
 Each number is computed by the function of `cancelctl.stats` named after it (student_t_ci,
 unit_interval_ci, paired_t_test, jitter2, slope, ratio_to_baseline); this module selects, groups and formats.
+
+Length: one function per table, in the order the report shows them, sharing `arm_summary`; the tables
+that stand on their own statistics live beside it (thresholds.py, improvement.py, scaling.py).
 """
 
 from __future__ import annotations

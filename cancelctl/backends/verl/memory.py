@@ -9,6 +9,9 @@ reads a file or a spec: `memory_check` turns a run into these inputs.
 Sources: verl 0.9.1 (paths inside the `verl` package), torch 2.13, transformers 5.x (Qwen2 / Llama
 layers), [ZeRO] Rajbhandari et al. 2020, [K22] Korthikanti et al. 2022 "Reducing Activation
 Recomputation", vLLM's KV-cache layout. Accuracy is measured by benchmarks/bench_memory.py.
+
+Length: every term of the per-GPU budget in one file, each beside its source, so a reader checks the
+whole estimate in one place (memory_check.py maps a run onto it).
 """
 
 from __future__ import annotations
