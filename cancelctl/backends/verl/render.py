@@ -364,18 +364,20 @@ def _trainer(run: RunSpec, out: OverrideSet, template: Template) -> None:
 
 
 def rollout_precision_note(run: RunSpec, cpu_kernels: str | Iterable[str] = ()) -> str | None:
-    """One line for `render`: a CPU run's rollout (hf_cpu or vLLM, `cpu_rollout`) in bf16 / fp16 against its trainer, and what bf16
-    costs on CPUs (`cpu_kernels`: the flags of the machine asked, e.g. `jobs.hardware.cpu_flags()`)."""
+    """One line for `render`: a CPU run's rollout (hf_cpu or verl's vLLM, `cpu_rollout`) in bf16 / fp16 against its
+    trainer, and what bf16 costs on CPUs (`cpu_kernels`: the flags of the machine asked, e.g.
+    `jobs.hardware.cpu_flags()`; the speed-ups are hf_cpu's, measured)."""
     spec = run.spec
     if spec.backend != "verl" or spec.cluster.device != "cpu" or spec.rollout.precision == "fp32":
         return None
     flags = set(cpu_kernels.split() if isinstance(cpu_kernels, str) else cpu_kernels)
     here = [flag for flag in BF16_KERNEL_FLAGS if flag in flags]
     speed = ", ".join(f"{what} {x:.1f}x" for what, x in BF16_ROLLOUT_SPEEDUP.items())
+    rollout = "verl's vLLM" if cpu_rollout(run) == "vllm" else "hf_cpu"
     return (
-        f"rollout.precision {spec.rollout.precision}: the {cpu_rollout(run)} rollout generates and scores in {spec.rollout.precision} "
+        f"rollout.precision {spec.rollout.precision}: the {rollout} rollout generates and scores in {spec.rollout.precision} "
         f"against the {spec.model.dtype} trainer, a train-inference mismatch (mismatch/*) as on GPUs; bf16 vs fp32 "
-        f"speed on a Xeon with AVX512-BF16/AMX: {speed}, and ~7x slower on CPUs without them (this machine: "
+        f"speed of the hf_cpu rollout on a Xeon with AVX512-BF16/AMX: {speed}, and ~7x slower on CPUs without them (this machine: "
         + (f"{'/'.join(here)} present" if here else "neither")
         + "); rollout.precision: fp32 for a rollout that is the trainer's to rounding"
     )
