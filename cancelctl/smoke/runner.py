@@ -191,11 +191,13 @@ def ran_rollout(run: RunSpec) -> str:
 
 def checkpoint_family(run: RunSpec) -> tuple:
     """What a verl checkpoint's contents depend on: the model and strategy, the trainer's mini-batch
-    order and the sampler (module docstring)."""
+    order and the sampler (module docstring); and the smoke's rollout, which sets the tiny model's shape
+    and the weight sync a resumed job starts with (vLLM's server or hf_cpu's)."""
     from cancelctl.spec.batching import minibatch_order
 
     spec = run.spec
-    return spec.model.path, spec.model.strategy, minibatch_order(spec), spec.batching.strategy == "reward_balanced"
+    return (spec.model.path, spec.model.strategy, minibatch_order(spec), spec.batching.strategy == "reward_balanced",
+            smoke_rollout(run))
 
 
 def _resuming(cases: list[_Case], resume_each: bool) -> list[_Case]:

@@ -234,6 +234,8 @@ def test_a_vllm_arms_tiny_model_has_heads_vllm_takes_and_an_hf_cpu_arms_keeps_it
     runner._models(cases, None, tmp_path / "cache")
     assert {c.run.arm: c.model.name for c in cases} == {"vllm": "True", "sglang": "False", "vllm-2": "True"}
     assert sorted(made) == [False, True]  # once per model and shape
+    # the two shapes, and vLLM's sync at a resumed start against hf_cpu's: each rollout resumes once
+    assert len({runner.checkpoint_family(c.run) for c in cases}) == 2
 
 
 @pytest.mark.parametrize("name", ["clip-strength", "dfpo-vs-gspo"])
