@@ -373,9 +373,9 @@ def rollout_precision_note(run: RunSpec, cpu_kernels: str | Iterable[str] = ()) 
     flags = set(cpu_kernels.split() if isinstance(cpu_kernels, str) else cpu_kernels)
     here = [flag for flag in BF16_KERNEL_FLAGS if flag in flags]
     speed = ", ".join(f"{what} {x:.1f}x" for what, x in BF16_ROLLOUT_SPEEDUP.items())
-    rollout = "verl's vLLM" if cpu_rollout(run) == "vllm" else "hf_cpu"
+    rollout = "verl's vLLM" if cpu_rollout(run) == "vllm" else "the hf_cpu"
     return (
-        f"rollout.precision {spec.rollout.precision}: the {rollout} rollout generates and scores in {spec.rollout.precision} "
+        f"rollout.precision {spec.rollout.precision}: {rollout} rollout generates and scores in {spec.rollout.precision} "
         f"against the {spec.model.dtype} trainer, a train-inference mismatch (mismatch/*) as on GPUs; bf16 vs fp32 "
         f"speed of the hf_cpu rollout on a Xeon with AVX512-BF16/AMX: {speed}, and ~7x slower on CPUs without them (this machine: "
         + (f"{'/'.join(here)} present" if here else "neither")

@@ -418,7 +418,7 @@ def test_render_notes_a_cpu_runs_bf16_rollout_and_its_speed(make_run, vllm_cpu):
     fp32 = make_run("{cluster: {device: cpu, gpus_per_node: 0}, rollout: {precision: fp32}}")
     assert rollout_precision_note(fp32, "") is None and rollout_precision_note(make_run(), "") is None  # GPU: none
     vllm_cpu("0.28.0")
-    assert rollout_precision_note(cpu_run(make_run), "").startswith("rollout.precision bf16: the verl's vLLM rollout")
+    assert rollout_precision_note(cpu_run(make_run), "").startswith("rollout.precision bf16: verl's vLLM rollout")
 
 
 def test_a_gpu_run_is_unchanged_by_the_device_field(make_run):
