@@ -90,13 +90,14 @@ def session_rss_bytes(sid: int) -> int:
 
 
 def run_arm(run, run_dir: Path, extra: list[str], poll: float | None) -> tuple[dict[str, float], float, float]:
-    from cancelctl.backends.verl import command, render, supervisor
+    from cancelctl.backends.verl import command, supervisor
+    from cancelctl.backends.verl.cpu import render as cpu_render
 
     run_dir.mkdir(parents=True)
     argv = command.job_command(run, run_dir, sys.executable) + extra
     if poll is not None:
         argv.append(f"+trainer.v1.cancelctl.poll_interval={poll}")
-    env = dict(os.environ, **render.job_env(run), **command.run_files_env(run, run_dir))
+    env = dict(os.environ, **cpu_render.job_env(run), **command.run_files_env(run, run_dir))
     env.pop("RAY_ADDRESS", None)
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=run_dir, env=env, start_new_session=True,

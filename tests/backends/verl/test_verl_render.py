@@ -284,7 +284,7 @@ def vllm_cpu(monkeypatch):
 
 def test_a_cpu_run_renders_the_cpu_runtime_and_its_env(make_run, vllm_cpu):
     from cancelctl.backends.verl.cpu.overrides import CPU_ENV, CPU_SETTINGS
-    from cancelctl.backends.verl.render import job_env
+    from cancelctl.backends.verl.cpu.render import job_env
 
     run = cpu_run(make_run)
     lines = as_dict(render_overrides(run))
@@ -298,7 +298,7 @@ def test_a_cpu_run_renders_the_cpu_runtime_and_its_env(make_run, vllm_cpu):
 
 
 def test_a_two_node_cpu_run_joins_the_allocations_ray_on_routable_addresses(make_run, vllm_cpu):
-    from cancelctl.backends.verl.render import job_env
+    from cancelctl.backends.verl.cpu.render import job_env
 
     run = cpu_run(make_run, nodes=2)
     lines = as_dict(render_overrides(run))
@@ -311,7 +311,7 @@ def test_a_two_node_cpu_run_joins_the_allocations_ray_on_routable_addresses(make
 def test_a_one_node_vllm_cpu_run_renders_verls_vllm_rollout_where_vllm_cpu_is_installed(make_run, vllm_cpu):
     """verl's own vLLM rollout on CPU: vLLM's settings over the CPU runtime's, vLLM's CPU env beside its env."""
     from cancelctl.backends.verl.cpu.overrides import VLLM_CPU_ENV, cpu_env, cpu_settings, vllm_cpu_command_parts
-    from cancelctl.backends.verl.render import cpu_rollout, job_env
+    from cancelctl.backends.verl.cpu.render import cpu_rollout, job_env
 
     vllm_cpu("0.28.0")
     run = cpu_run(make_run)
@@ -334,7 +334,7 @@ def test_a_one_node_vllm_cpu_run_renders_verls_vllm_rollout_where_vllm_cpu_is_in
 ])
 def test_other_cpu_runs_keep_the_hf_cpu_rollout(make_run, vllm_cpu, why, engine, nodes, installed):
     from cancelctl.backends.verl.cpu.overrides import VLLM_CPU_ENV
-    from cancelctl.backends.verl.render import cpu_rollout, job_env
+    from cancelctl.backends.verl.cpu.render import cpu_rollout, job_env
 
     vllm_cpu(installed)
     run = cpu_run(make_run, nodes=nodes, engine=engine)
@@ -345,7 +345,7 @@ def test_other_cpu_runs_keep_the_hf_cpu_rollout(make_run, vllm_cpu, why, engine,
 
 
 def test_a_gpu_run_renders_vllm_whether_or_not_vllm_cpu_is_installed(make_run, vllm_cpu):
-    from cancelctl.backends.verl.render import cpu_rollout, job_env
+    from cancelctl.backends.verl.cpu.render import cpu_rollout, job_env
 
     vllm_cpu("0.28.0")
     run = make_run()
@@ -422,7 +422,7 @@ def test_render_notes_a_cpu_runs_bf16_rollout_and_its_speed(make_run, vllm_cpu):
 
 
 def test_a_gpu_run_is_unchanged_by_the_device_field(make_run):
-    from cancelctl.backends.verl.render import job_env
+    from cancelctl.backends.verl.cpu.render import job_env
 
     run = make_run()
     assert job_env(run) == {} and "device" not in run.spec.model_dump()["cluster"]  # run ids as before

@@ -9,7 +9,8 @@ One module per job, all loaded by cancelctl's `verl.plugins` entry point (plugin
   generator, and the worker-side `BaseRollout` adapter that ships the trainer's weights;
 - process_group.py: the workaround for `utils/distributed.py:89` ("cpu:gloo,cpu:gloo"): a gloo group
   whose rendezvous never listens on the port verl picked and released;
-- overrides.py: the env vars and Hydra overrides a CPU run needs (data, rendered by cancelctl).
+- overrides.py: the env vars and Hydra overrides a CPU run needs (data);
+- render.py: which of them a `cluster.device: cpu` run renders, and which rollout (hf_cpu or verl's vLLM).
 
 Nothing here is selected on a GPU run: registering a platform and a rollout name changes nothing
 until VERL_PLATFORM=cpu / `actor_rollout_ref.rollout.name=hf_cpu` ask for them.
