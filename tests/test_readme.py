@@ -85,8 +85,10 @@ def test_ci_runs_both_readme_lines_as_written():
     test extra only), so it fails where they would; the verl extra comes after."""
     ci = (ROOT / ".ci" / "run").read_text()
     assert "readme_line 1" in ci and "readme_line 2" in ci
-    assert ci.index("readme_line 2") < ci.index(".[test,verl,data,model,docs]")
+    assert ci.index("readme_line 2") < ci.index(".[test,verl,data,model,docs,postgres,tracking-server]")
     assert DEMO_DONE_ENV in ci
+    # the vLLM lane: its venv built outside the repository while line 2 runs, its tests after the verl phase
+    assert ci.index("VLLM_LANE_BUILD_ONLY=1") < ci.index("line2=$(readme_line 2)") < ci.rindex('bash .ci/vllm-lane "$vllm_venv"')
 
 
 LOCAL_EXAMPLES = {
