@@ -56,3 +56,22 @@ def test_layout_has_a_section_per_package_and_each_row_under_its_own():
                 misplaced.append(f"{row.group(1)} under {section}")
     assert sections == packages_on_disk(), sorted(sections ^ packages_on_disk())
     assert not misplaced, misplaced
+
+
+def test_no_test_folder_shadows_an_optional_dependency():
+    """pytest puts the folder of each test module on sys.path (its default `prepend` import mode), so a
+    subfolder there named after an optional dependency (`tests/backends/verl/` beside a test module in
+    `tests/backends/`) imports as that package's namespace: `importorskip("verl")` passes without verl
+    installed and README line 2's suite errors instead of skipping."""
+    optional = {
+        match.split(".")[0]
+        for path in (ROOT / "tests").rglob("*.py")
+        for match in re.findall(r"importorskip\(\s*[\"']([\w.]+)[\"']", path.read_text())
+    }
+    assert "verl" in optional  # the pattern still finds what the suite skips on
+    on_path = {path.parent for path in (ROOT / "tests").rglob("test_*.py")}
+    shadowing = sorted(
+        f"{(folder / name).relative_to(ROOT)}/ beside test modules in {folder.relative_to(ROOT)}/"
+        for folder in on_path for name in optional if (folder / name).is_dir()
+    )
+    assert not shadowing, shadowing

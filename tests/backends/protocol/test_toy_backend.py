@@ -1,5 +1,5 @@
 """Adding a backend is one class and one registration (docs/extending.md): the toy `coin` backend
-(tests/backends/coin_backend.py), installed through the `cancelctl.backends` entry point group as a
+(tests/backends/protocol/coin_backend.py), installed through the `cancelctl.backends` entry point group as a
 user's package would be, runs `cancelctl sweep` on the local executor and `cancelctl report` reads it."""
 
 from __future__ import annotations

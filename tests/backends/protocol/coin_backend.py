@@ -1,4 +1,4 @@
-"""A toy backend for tests/backends/test_toy_backend.py: a "coin" whose heads rate rises from 0.5 toward
+"""A toy backend for tests/backends/protocol/test_toy_backend.py: a "coin" whose heads rate rises from 0.5 toward
 `0.5 + algorithm.clip_high` over the run; each step's reward is that rate plus a seeded wobble, so a
 sweep over it has a known answer. It trains nothing: it is what a backend owes cancelctl, and no more."""
 
