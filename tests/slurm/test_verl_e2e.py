@@ -233,6 +233,14 @@ def logged_steps(run_dir: Path) -> list[int]:
     return [step for line in path.open() if (step := json.loads(line)["step"]) >= 1] if path.exists() else []
 
 
+def dispersed_steps(run_dir: Path) -> list[int]:
+    """Training steps whose GSPO weights varied within a group: a step needs a group of mixed rewards, which
+    the tiny random policy's samples do not always give (CI once drew none in two steps)."""
+    path = run_dir / "metrics.jsonl"
+    lines = [json.loads(line) for line in path.open()] if path.exists() else []
+    return [line["step"] for line in lines if line["metrics"].get("dfpo/weight_dispersion", 0) > 0]
+
+
 def ray_leftovers(job_id: str) -> dict[int, list[int]]:
     """rank -> pids of processes still naming that rank's Ray temp dir (raylet, gcs_server, workers)."""
     left = {rank: processes_using(f"/tmp/ray-cc-{job_id}-{rank}") for rank in (0, 1)}
@@ -248,7 +256,8 @@ def run_dirs(workdir: Path, sweep: str) -> dict[str, Path]:
 def test_one_verl_run_over_the_two_nodes_of_partition_multi_trains_until_cancelled_leaving_nothing(tmp_path, launched):
     """Ray head + worker on n1/n2, verl joining it with trainer.nnodes=2: data-parallel world size 2,
     one CPU training rank per node, GSPO with δ and TIS (its mechanism metrics logged, the weight sync
-    exact); two steps, then `cancelctl cancel` ends verl and Ray on both nodes."""
+    exact); two steps or more (until a group's weights varied), then `cancelctl cancel` ends verl and Ray on
+    both nodes."""
     workdir, _, sweep, problem = launched
     if problem is not None:
         pytest.skip(problem)
@@ -257,9 +266,10 @@ def test_one_verl_run_over_the_two_nodes_of_partition_multi_trains_until_cancell
     def two_steps():
         (state,) = sweep_status(workdir, sweep)
         assert state.active, (state.state, state.reason)  # a failed run fails the test now
-        return len(logged_steps(run_dir)) >= 2 and state
+        # and a step whose group weights varied (checked below): the run's budget is 40 steps
+        return len(logged_steps(run_dir)) >= 2 and dispersed_steps(run_dir) and state
 
-    state = wait_until(two_steps, 1200, "2 steps of the two-node run", poll_s=2)
+    state = wait_until(two_steps, 1200, "2 steps of the two-node run, one with a group of mixed rewards", poll_s=2)
     job = state.job_id
     assert job_processes(job)
     cancelled = cli("cancel", sweep, "--workdir", str(workdir))
