@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from cancelctl.backends.lab.step_cost import STEP_PAUSE_ENV  # the lab's step-pause test hook
 from slurm_shim import set_mode, write_shims  # beside this script (run as benchmarks/chaos_soak.py)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,10 +58,10 @@ FAULT_KINDS = ("slurmctld_restart", "slurmdbd_stop", "queries_hang", "queries_fa
 STALL = {"floor_min": 0.5, "startup_min": 2.0, "retries": 3}
 # beside the soak, one run across time limits: SLURM's smallest limit (1 min), 2 s a step (the test hook
 # the job inherits from sbatch's environment, counted by the plan too), on partition multi (idle during
-# the soak): ~80 s of steps, over allocations that leave ~20-38 s each after start-up and the lead: at least three, each ended at a step boundary and requeued
+# the soak): ~80 s of steps, over allocations that leave ~20-38 s each after start-up and the lead: at
+# least three, each ended at a step boundary and requeued
 TIME_LIMIT_STEPS = 40
 TIME_LIMIT_STEP_PAUSE_S = "2"
-STEP_PAUSE_ENV = "CANCELCTL_TEST_STEP_PAUSE_S"
 ACTIVE = ("queued", "pending", "running")  # `status --json` states of a run not ended
 JOB_FAULTS = {  # on a running task: SLURM's requeue, submitit's USR2 before the time limit (it requeues), a kill
     "requeue_job": lambda task: ["scontrol", "requeue", task],

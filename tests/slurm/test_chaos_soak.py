@@ -1,8 +1,9 @@
 """The chaos soak's short variant (benchmarks/chaos_soak.py): 40+ lab runs on the CI cluster while
 slurmctld restarts, slurmdbd stops, sacct/squeue hang, fail and garble, jobs are requeued and killed
 (scontrol requeue, and submitit's USR2 time-limit warning), frozen (the stall watchdog's case), a run
-crosses time limits beside it (at least three one-minute allocations, each step once, one MLflow run), and the launcher is SIGTERMed and SIGKILLed mid-submit — what tests/slurm/test_slurm_cluster.py once checked one at a time; counted afterwards from sacct's history and
-the store. It restarts the cluster's daemons: the slurm tests run one after another (the `machine`
+crosses time limits beside it (at least three one-minute allocations, each step once, one MLflow run),
+and the launcher is SIGTERMed and SIGKILLed mid-submit — what tests/slurm/test_slurm_cluster.py once
+checked one at a time; counted afterwards from sacct's history and the store. It restarts the cluster's daemons: the slurm tests run one after another (the `machine`
 xdist group), so no other test is using the cluster meanwhile."""
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ def test_the_soaks_time_limit_run_plans_more_time_outs_than_submitit_allows_by_d
     """The run across one-minute allocations beside the soak is planned for at least three, with more
     time-outs than submitit's default count (3): the planned count is what lets it finish."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from chaos_soak import STEP_PAUSE_ENV, TIME_LIMIT_STEP_PAUSE_S, write_time_limit_sweep
+    from chaos_soak import TIME_LIMIT_STEP_PAUSE_S, write_time_limit_sweep
 
+    from cancelctl.backends.lab.step_cost import STEP_PAUSE_ENV
     from cancelctl.jobs.time_limit import time_limit_plan
     from cancelctl.spec.expand import load_sweep
 

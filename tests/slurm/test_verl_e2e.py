@@ -227,18 +227,11 @@ def states(workdir: Path, sweep: str) -> dict[str, object]:
     return {s.name.split("-s0")[0]: s for s in sweep_status(workdir, sweep)}
 
 
-def logged_steps(run_dir: Path) -> list[int]:
-    """The training steps forwarded so far (step 0 is verl's evaluation before training)."""
-    path = run_dir / "metrics.jsonl"
-    return [step for line in path.open() if (step := json.loads(line)["step"]) >= 1] if path.exists() else []
-
-
-def dispersed_steps(run_dir: Path) -> list[int]:
-    """Training steps whose GSPO weights varied within a group: a step needs a group of mixed rewards, which
-    the tiny random policy's samples do not always give (CI once drew none in two steps)."""
+def logged_metrics(run_dir: Path) -> dict[int, dict]:
+    """Training step -> the metrics forwarded for it so far (step 0 is verl's evaluation before training)."""
     path = run_dir / "metrics.jsonl"
     lines = [json.loads(line) for line in path.open()] if path.exists() else []
-    return [line["step"] for line in lines if line["metrics"].get("dfpo/weight_dispersion", 0) > 0]
+    return {line["step"]: line["metrics"] for line in lines if line["step"] >= 1}
 
 
 def ray_leftovers(job_id: str) -> dict[int, list[int]]:
@@ -266,8 +259,10 @@ def test_one_verl_run_over_the_two_nodes_of_partition_multi_trains_until_cancell
     def two_steps():
         (state,) = sweep_status(workdir, sweep)
         assert state.active, (state.state, state.reason)  # a failed run fails the test now
-        # and a step whose group weights varied (checked below): the run's budget is 40 steps
-        return len(logged_steps(run_dir)) >= 2 and dispersed_steps(run_dir) and state
+        # and a step whose GSPO weights varied in a group (checked below): a group of mixed rewards, which the
+        # tiny random policy does not always draw (CI once drew none in two steps); the budget is 40 steps
+        steps = logged_metrics(run_dir)
+        return len(steps) >= 2 and any(m.get("dfpo/weight_dispersion", 0) > 0 for m in steps.values()) and state
 
     state = wait_until(two_steps, 1200, "2 steps of the two-node run, one with a group of mixed rewards", poll_s=2)
     job = state.job_id
@@ -331,7 +326,7 @@ def test_a_verl_sweep_trains_on_real_main_ppo_under_slurm_requeues_stops_and_rep
     def three_steps_logged():
         run = states(workdir, sweep)[REQUEUED]
         assert run.active or run.state == "completed", run.reason  # a failed run fails the test now
-        return len(logged_steps(dirs[REQUEUED])) >= 3
+        return len(logged_metrics(dirs[REQUEUED])) >= 3
 
     wait_until(three_steps_logged, 900, f"3 steps of {REQUEUED}")
     job_id = states(workdir, sweep)[REQUEUED].job_id
