@@ -50,7 +50,7 @@ def report_sweep(
     runs, metrics, store_notes = collect_sweep(uri, experiment, workdir)
     if runs.empty:
         raise SpecError(f"sweep {sweep!r} has not run yet: no runs in {uri} or under {workdir}", title=NOT_RUN)
-    planned = current_sweep(workdir, sweep)
+    planned, file_note = current_sweep(workdir, sweep)
     runs, metrics, stale_notes = only_current_runs(runs, metrics, planned)
     if runs.empty:
         raise SpecError(f"sweep {sweep!r}: none of the runs the sweep file plans now has run yet (cancelctl sweep FILE)",
@@ -59,7 +59,7 @@ def report_sweep(
     damaged = damaged_metrics(workdir, sweep, set(runs["run_id"]))
     collected = CollectedSweep(
         sweep, runs, metrics, claims=list(planned.spec.claims) if planned is not None else [],
-        notes=store_notes + stale_notes + list(damaged.values()), alerts=read_sweep_alerts(workdir, sweep),
+        notes=store_notes + [file_note] * bool(file_note) + stale_notes + list(damaged.values()), alerts=read_sweep_alerts(workdir, sweep),
         seed_rounds=sweep_seed_rounds(workdir, sweep), rules_off=planned_rules_off(planned),
     )
     try:
@@ -130,22 +130,30 @@ def collect_sweep(uri: str, experiment: str, workdir: Path) -> tuple:
 
 def current_sweep(workdir: Path, sweep: str):
     """The sweep file as it is now (the manifest records its path), planned: the runs and claims the
-    report is about. None when the file is gone or no longer loads (then every collected run counts)."""
+    report is about; and None with why when the file is gone, no longer loads or now names another
+    sweep (then every collected run counts and no claim is judged: the report says so)."""
     from cancelctl.spec.expand import load_sweep, with_seeds
     from cancelctl.workdir import sweep_paths
 
     store = sweep_paths(workdir, sweep).store
     manifest = store.load() if store.exists() else None
-    if manifest is None or not manifest.file or not Path(manifest.file).is_file():
-        return None
+    if manifest is None or not manifest.file:  # rebuilt from the run folders: no file was ever known
+        return None, None
+    unjudged = ("its claims are not judged and every collected run counts (`cancelctl sweep FILE` records "
+                "the file again and reruns nothing finished)")
+    if not Path(manifest.file).is_file():
+        return None, f"the sweep file {manifest.file} recorded at launch is gone: {unjudged}"
     try:
         planned = load_sweep(manifest.file, allow_unmatched=True)
         rounds = sweep_seed_rounds(workdir, sweep)
         if rounds is not None and planned.spec.name == sweep:  # the seeds `sweep --until-decided` added
             planned = with_seeds(planned, rounds.added())
-    except SpecError:
-        return None
-    return planned if planned.spec.name == sweep else None
+    except SpecError as exc:
+        why = exc.render().strip().splitlines()[0] if exc.render().strip() else type(exc).__name__
+        return None, f"the sweep file {manifest.file} no longer loads ({why}): {unjudged}"
+    if planned.spec.name != sweep:
+        return None, f"the sweep file {manifest.file} now names sweep {planned.spec.name!r}: {unjudged}"
+    return planned, None
 
 
 def planned_rules_off(planned) -> dict[str, set[str]]:
@@ -203,7 +211,7 @@ def judge_until_decided(
     from cancelctl.report.sequential_claims import sequential_verdicts
     from cancelctl.tracking import resolve_tracking_uri
 
-    planned = current_sweep(workdir, sweep)
+    planned, _ = current_sweep(workdir, sweep)  # the sweep verb loaded the file just now
     if planned is None or not planned.spec.claims:
         return []
     store_uri, experiment = sweep_tracking_target(workdir, sweep)

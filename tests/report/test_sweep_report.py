@@ -79,3 +79,28 @@ def test_a_rebuilt_manifest_keeps_the_baseline_and_says_the_damage_in_words(tmp_
         assert cause in caplog.text and "Error" not in caplog.text and "__init__" not in caplog.text, caplog.text
         rebuilt = paths.store.load()
         assert (rebuilt.baseline, rebuilt.file, list(rebuilt.runs)) == ("b", str(tmp_path / "rt.yaml"), ["abc123"])
+
+
+def test_a_sweep_file_gone_or_broken_since_launch_is_said_not_its_claims_dropped_in_silence(tmp_path):
+    """The report judges the claims of the sweep file the manifest recorded at launch. When that file was
+    moved (a rerun from a temp copy of the project, then the copy deleted) the claims section vanished
+    and nothing said why; now a note names the file and how to record it again."""
+    claims = ("claims:\n  - {id: b-final, source: a test, statement: b ends higher than a, metric: {kind: final}, "
+              "direction: higher, arm: b, versus: a}\n")
+    path, work = tmp_path / "rt.yaml", tmp_path / "work"
+    written = textwrap.dedent(SWEEP.replace("{lr}", "")) + claims
+    path.write_text(written)
+    assert CliRunner().invoke(app, ["sweep", str(path), "-w", str(work)]).exit_code == 0
+    judged = report_sweep(work, "rt", out=tmp_path / "judged")
+    assert judged.table("claims") and not [note for note in judged.notes if "sweep file" in note]
+
+    for change, said in ((lambda: path.rename(tmp_path / "moved.yaml"), "recorded at launch is gone"),
+                         (lambda: path.write_text("name: rt\nbase: [\n"), "no longer loads ("),
+                         (lambda: path.write_text(written.replace("name: rt", "name: other")),
+                          "now names sweep 'other'")):
+        path.write_text(written)
+        change()
+        report = report_sweep(work, "rt", out=tmp_path / "unjudged")
+        (note,) = [note for note in report.notes if str(path) in note]
+        assert said in note and "claims are not judged" in note and "cancelctl sweep FILE" in note, note
+        assert "claims" not in {table.name for table in report.tables}, said
