@@ -59,7 +59,8 @@ def report_sweep(
     damaged = damaged_metrics(workdir, sweep, set(runs["run_id"]))
     collected = CollectedSweep(
         sweep, runs, metrics, claims=list(planned.spec.claims) if planned is not None else [],
-        notes=store_notes + [file_note] * bool(file_note) + stale_notes + list(damaged.values()), alerts=read_sweep_alerts(workdir, sweep),
+        notes=[*store_notes, *filter(None, [file_note]), *stale_notes, *damaged.values()],
+        alerts=read_sweep_alerts(workdir, sweep),
         seed_rounds=sweep_seed_rounds(workdir, sweep), rules_off=planned_rules_off(planned),
     )
     try:
@@ -149,7 +150,8 @@ def current_sweep(workdir: Path, sweep: str):
         if rounds is not None and planned.spec.name == sweep:  # the seeds `sweep --until-decided` added
             planned = with_seeds(planned, rounds.added())
     except SpecError as exc:
-        why = exc.render().strip().splitlines()[0] if exc.render().strip() else type(exc).__name__
+        rendered = exc.render().strip()
+        why = rendered.splitlines()[0] if rendered else type(exc).__name__
         return None, f"the sweep file {manifest.file} no longer loads ({why}): {unjudged}"
     if planned.spec.name != sweep:
         return None, f"the sweep file {manifest.file} now names sweep {planned.spec.name!r}: {unjudged}"
