@@ -59,7 +59,10 @@ STALL = {"floor_min": 0.5, "startup_min": 2.0, "retries": 3}
 # beside the soak, one run across time limits: SLURM's smallest limit (1 min), 2 s a step (the test hook
 # the job inherits from sbatch's environment, counted by the plan too), on partition multi (idle during
 # the soak): ~80 s of steps, over allocations that leave ~20-38 s each after start-up and the lead: at
-# least three, each ended at a step boundary and requeued
+# least three, each ended at a step boundary and requeued. Under load it needs many more: SLURM sends
+# USR2 up to a minute before the lead asks (its event resolution; sbatch(1) --signal), so an allocation
+# often ends ~25 s in, and start-up (imports, the busy store's 10 s wait) takes most of that: 7 to 9
+# allocations on two loaded cores, ~300 s (the settle window the test gives must hold them)
 TIME_LIMIT_STEPS = 40
 TIME_LIMIT_STEP_PAUSE_S = "2"
 ACTIVE = ("queued", "pending", "running")  # `status --json` states of a run not ended

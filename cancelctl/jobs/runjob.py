@@ -24,7 +24,7 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
@@ -42,6 +42,9 @@ from cancelctl.jobs.outcome import (
     write_result,
 )
 from cancelctl.workdir import RunFolder
+
+if TYPE_CHECKING:
+    from cancelctl.tracking import RunLogger
 
 log = logging.getLogger("cancelctl.jobs")
 
@@ -147,10 +150,11 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
         archive_error(run_dir)  # how an earlier attempt ended (e.g. SIGTERM before a requeue) is history now
         reserve_error_space(run_dir)
         archive_stop(run_dir)  # so is an earlier attempt's monitor stop (a run resumed with --retry-stopped)
-        logger = RunLogger(run_dir, run_store_uri(record, run_dir), record.get("mlflow_run_id"))
-        logger.set_tags(hardware_tags(hardware))  # the latest attempt's; attempts.jsonl keeps each one's
-        tag_stalls(logger, run_dir)
-        try:
+        logger: RunLogger | None = None
+        try:  # from the store's connection on: SLURM's USR2 can come while it waits for a busy store
+            logger = RunLogger(run_dir, run_store_uri(record, run_dir), record.get("mlflow_run_id"))
+            logger.set_tags(hardware_tags(hardware))  # the latest attempt's; attempts.jsonl keeps each one's
+            tag_stalls(logger, run_dir)
             train = backend_train(run.spec.backend)
             if allocation is not None:
                 from cancelctl.jobs.raycluster import run_cluster
@@ -167,22 +171,25 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
             raise
         except KeyboardInterrupt:  # local cancel / Ctrl-C: resumable, not a failure of the run
             write_error(run_dir, "INTERRUPTED")
-            logger.close("KILLED")
+            _close(logger, "KILLED")
             end_attempt(run_dir, token, "interrupted")
             raise
         except preemption.Terminated:  # SIGTERM (requeue, preemption, kill): checkpointed, resumable
             write_error(run_dir, "INTERRUPTED")
-            logger.close("KILLED")  # a requeued attempt marks it RUNNING again
+            _close(logger, "KILLED")  # a requeued attempt marks it RUNNING again
             end_attempt(run_dir, token, "terminated")
             raise
         except SystemExit:  # submitit's USR2 handler requeued the job (after our checkpoint) and exits
-            logger.flush()
+            # the record first: SLURM kills the requeued step after its KillWait, and flushing to a busy
+            # store can take longer than that (its points stay in metrics.jsonl for the next attempt)
             end_attempt(run_dir, token, "requeued")
+            if logger is not None:
+                logger.flush()
             raise
         except BaseException:
             write_error(run_dir, "FAILED")
             with contextlib.suppress(OSError):  # a full disk must not hide the run's own error behind its own
-                logger.close("FAILED")
+                _close(logger, "FAILED")
             with contextlib.suppress(OSError):
                 end_attempt(run_dir, token, "failed")
             raise
@@ -195,6 +202,11 @@ def _run_attempt(run_dir: Path, *, token: str, threads: int | None, allocation: 
         write_result(run_dir, result, token=token, **({"stopped": stop.to_json()} if stop is not None else {}))
         end_attempt(run_dir, token, "stopped" if stop is not None else "finished")
         return result
+
+
+def _close(logger: RunLogger | None, status: str) -> None:
+    if logger is not None:  # None: the attempt ended before its store connection was made
+        logger.close(status)
 
 
 @contextlib.contextmanager
