@@ -438,6 +438,7 @@ def test_first_verl_sweep_runs_on_cpu_as_written(tmp_path):
     prepared, validated, smoked = (run(line) for line in FIRST_VERL_EXAMPLES[:3])
     assert prepared.returncode == 0 and (tmp_path / "data" / "chain_sum" / "train.parquet").is_file(), prepared.stderr
     assert validated.returncode == 0 and "verl config composed" in validated.stdout, validated.stdout + validated.stderr
+    assert "accelerator" not in validated.stderr, validated.stderr  # verl's GPU probe: no GPU here is expected
     assert smoked.returncode == 0, smoked.stdout + smoked.stderr
     rows = {arm: next(line for line in smoked.stdout.splitlines() if line.startswith(arm + " ")) for arm in spec["arms"]}
     assert all(" ok " in row for row in rows.values()), smoked.stdout

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import logging
 import pickle
 import time
 import warnings
@@ -357,12 +358,27 @@ def _message(exc: BaseException) -> str:
     return " | ".join(p.replace("\n", " ") for p in parts)
 
 
+# verl's accelerator probe, run when its trainer modules are imported: validation runs where the jobs' GPUs
+# are not (a login node, a laptop), so its "No supported accelerator detected ... Falling back to 'nvidia'"
+# is expected there, and nvidia is what the GPU job gets
+VERL_PLATFORM_LOGGER = "verl.plugin.platform.platform_manager"
+
+
 @contextlib.contextmanager
 def _quiet():
     """verl prints banners and warnings while validating; keep the CLI's output clean."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        yield
+    platform_log = logging.getLogger(VERL_PLATFORM_LOGGER)  # a filter: the module sets its level on import
+    platform_log.addFilter(_errors_only)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        platform_log.removeFilter(_errors_only)
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
 
 
 def _verl_version() -> str:
