@@ -8,9 +8,9 @@ one module with an `Executor` subclass plus one `register_executor` call.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any, Union
 
+from cancelctl.installed import load_target
 from cancelctl.spec import executors as catalog
 
 if TYPE_CHECKING:
@@ -41,8 +41,4 @@ def executor_names() -> list[str]:
 
 def get_executor(name: str) -> Executor[Any, Any]:
     """The executor registered as `name`; ArgumentError (exit 2) naming the known ones otherwise."""
-    target = _REGISTRY[catalog.check_executor_name(name, "executor")]  # the catalog is kept in step
-    if isinstance(target, str):
-        module, _, attr = target.partition(":")
-        target = getattr(importlib.import_module(module), attr)
-    return target()
+    return load_target(_REGISTRY[catalog.check_executor_name(name, "executor")])()  # the catalog is kept in step

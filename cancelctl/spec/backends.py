@@ -12,11 +12,11 @@ looked up in the installed packages on the common path).
 
 from __future__ import annotations
 
-import importlib
 from importlib.metadata import entry_points
 from typing import Any, Union
 
 from cancelctl.errors import ArgumentError
+from cancelctl.installed import load_target
 
 ENTRY_POINT_GROUP = "cancelctl.backends"
 BUILT_IN_BACKENDS = {
@@ -78,9 +78,5 @@ def resolve_backend(name: str) -> Any:
     Typed `Backend` by `cancelctl.backends.registry.get_backend`, which callers outside the spec use."""
     if name not in _INSTANCES:
         check_backend_name(name)
-        target = _TARGETS[name] if name in _TARGETS else _installed()[name]
-        if isinstance(target, str):
-            module, _, attr = target.partition(":")
-            target = getattr(importlib.import_module(module), attr)
-        _INSTANCES[name] = target()
+        _INSTANCES[name] = load_target(_TARGETS[name] if name in _TARGETS else _installed()[name])()
     return _INSTANCES[name]
