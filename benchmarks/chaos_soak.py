@@ -61,7 +61,7 @@ STALL = {"floor_min": 0.5, "startup_min": 2.0, "retries": 3}
 # the soak): ~80 s of steps, over allocations that leave ~20-38 s each after start-up and the lead: at
 # least three, each ended at a step boundary and requeued. Under load it needs many more: SLURM sends
 # USR2 up to a minute before the lead asks (its event resolution; sbatch(1) --signal), so an allocation
-# often ends ~25 s in, and start-up (imports, the busy store's 10 s wait) takes most of that: 7 to 9
+# often ends ~25 s in, and start-up (imports, the busy store's 10 s wait) takes most of that: 6 to 9
 # allocations on two loaded cores, ~300 s (the settle window the test gives must hold them)
 TIME_LIMIT_STEPS = 40
 TIME_LIMIT_STEP_PAUSE_S = "2"

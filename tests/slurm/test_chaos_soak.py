@@ -42,7 +42,7 @@ def test_the_soaks_time_limit_run_plans_more_time_outs_than_submitit_allows_by_d
 
 def test_a_chaos_soak_loses_nothing_duplicates_nothing_and_reports_what_an_undisturbed_sweep_does(tmp_path):
     figures_path = tmp_path / "soak.json"
-    # settle: up to 360 s after the fault window for the reruns and the time-limit run (7-9 one-minute
+    # settle: up to 360 s after the fault window for the reruns and the time-limit run (6-9 one-minute
     # allocations on loaded cores, ~300 s: 240 s once left it at step 38 of 40); the loop ends when all are
     # done, and at its worst the soak ends ~480 s in, inside the timeout
     soak = subprocess.run(
