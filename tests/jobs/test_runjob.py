@@ -51,12 +51,12 @@ def test_a_requeued_attempt_is_recorded_before_its_points_are_flushed(tmp_path, 
     run_dir, token = finished_run(tmp_path, workdir)
     ends_at_flush: list[str] = []
 
-    class SlowStoreLogger(cancelctl.tracking.RunLogger):
+    class EndCheckingLogger(cancelctl.tracking.RunLogger):
         def flush(self):  # the step may be killed here: the attempt's end must already be on disk
             ends_at_flush.append(last_end(run_dir)["outcome"])
             return super().flush()
 
-    monkeypatch.setattr(cancelctl.tracking, "RunLogger", SlowStoreLogger)
+    monkeypatch.setattr(cancelctl.tracking, "RunLogger", EndCheckingLogger)
     monkeypatch.setattr(runjob, "backend_train", lambda name: submitit_requeues)  # USR2 mid-training
     ends = sum(a["event"] == "end" for a in read_attempts(run_dir))
     with pytest.raises(SystemExit):
